@@ -1,0 +1,1 @@
+"""Reading stored results: datasets, fits, figures and reports."""

@@ -1,0 +1,290 @@
+"""`sweep fit steps` and `sweep fit hparams`: scaling-law fits of any CSV table, as JSON.
+
+The `sweep` entry point registers these with :func:`add_fit_commands` and calls
+:func:`run_fit`, which returns a JSON-ready dict (finite floats or null, deterministic:
+the bootstrap seed is fixed) or raises :class:`FitInputError` for bad input, which the
+CLI turns into exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from analysis.fits.hparams import fit_hparam_laws
+from analysis.fits.steps import fit_steps, steps_to_result
+from analysis.table import load_table
+
+__all__ = [
+    "FitInputError",
+    "add_fit_commands",
+    "fit_hparams_command",
+    "fit_steps_command",
+    "main",
+    "parse_laws",
+    "run_fit",
+    "to_json",
+]
+
+
+class FitInputError(ValueError):
+    """Bad input to `sweep fit` (file, column, value, too few points, option syntax)."""
+
+
+def add_fit_commands(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``fit`` with its sub-commands ``steps`` and ``hparams``.
+
+    ``subparsers`` is the object returned by ``ArgumentParser.add_subparsers``. The chosen
+    sub-command lands in ``args.fit_command``; pass the parsed args to :func:`run_fit`.
+    Returns the ``fit`` parser.
+    """
+    fit = subparsers.add_parser(
+        "fit",
+        help="fit scaling laws to any table (CSV) and print JSON",
+        description="Fit scaling laws to a CSV table; prints JSON on stdout.",
+    )
+    sub = fit.add_subparsers(dest="fit_command", metavar="{steps,hparams}")
+    sub.required = True
+
+    steps = sub.add_parser(
+        "steps",
+        help="fit S(B) = S_min (1 + B_crit/B) to steps to target vs batch size",
+        description=(
+            "Fit S(B) = S_min (1 + B_crit/B) (McCandlish et al. 2018) in log space, with "
+            "residual-bootstrap 95% intervals. Several rows per batch size: the minimum "
+            "is used. Empty/NaN/inf steps = target not reached (censored at the horizon "
+            "column when given), excluded from the fit and listed in not_reached."
+        ),
+    )
+    steps.add_argument("--csv", required=True, metavar="FILE", help="input table")
+    steps.add_argument("--batch-col", required=True, metavar="C", help="batch size column")
+    steps.add_argument("--steps-col", required=True, metavar="C", help="steps to target column")
+    steps.add_argument("--group-col", metavar="C", help="fit each value of this column apart")
+    steps.add_argument("--horizon-col", metavar="C", help="steps each trial ran to")
+    steps.add_argument(
+        "--overhead",
+        type=float,
+        default=0.2,
+        metavar="R",
+        help="overhead r for the critical batch size (1+r)·B0 + r·B_crit (default 0.2)",
+    )
+    steps.add_argument(
+        "--reference-batch",
+        type=float,
+        metavar="B0",
+        help="reference batch size B0 (default: the smallest batch size fitted)",
+    )
+    _add_boot_options(steps)
+
+    hp = sub.add_parser(
+        "hparams",
+        help="fit optimal-hyperparameter power laws h = c·Π x^a",
+        description=(
+            "Keep, per cell of the --by columns, the runs whose loss is strictly within a "
+            "relative band of the cell's best; fit log(h) on log(x) by least squares over "
+            "the kept runs, with bootstrap 95% intervals of the exponents."
+        ),
+    )
+    hp.add_argument("--csv", required=True, metavar="FILE", help="input table")
+    hp.add_argument("--loss-col", required=True, metavar="C", help="loss column (lower is better)")
+    hp.add_argument("--hparams", required=True, metavar="a,b", help="hyperparameter columns")
+    hp.add_argument("--by", required=True, metavar="x,y", help="scaling-variable columns (cells)")
+    hp.add_argument(
+        "--law",
+        action="append",
+        default=[],
+        metavar="h:x,y",
+        help="regress hyperparameter h on x,y instead of the --by columns (repeatable)",
+    )
+    hp.add_argument(
+        "--band",
+        type=float,
+        default=0.0025,
+        metavar="F",
+        help="relative loss band around each cell's best (default 0.0025)",
+    )
+    _add_boot_options(hp)
+    return fit
+
+
+def _add_boot_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--n-boot",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="bootstrap replicates (default 1000)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+
+
+def run_fit(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the ``fit`` sub-command named in ``args.fit_command``; return its JSON dict."""
+    command = getattr(args, "fit_command", None)
+    if command == "steps":
+        return fit_steps_command(args)
+    if command == "hparams":
+        return fit_hparams_command(args)
+    raise FitInputError(f"unknown fit command {command!r}; expected 'steps' or 'hparams'")
+
+
+def _check_boot(args: argparse.Namespace) -> tuple[int, int]:
+    n_boot = getattr(args, "n_boot", 1000)
+    seed = getattr(args, "seed", 0)
+    if n_boot < 0:
+        raise FitInputError(f"--n-boot must be >= 0, got {n_boot}")
+    if seed < 0:
+        raise FitInputError(f"--seed must be >= 0, got {seed}")
+    return n_boot, seed
+
+
+def fit_steps_command(args: argparse.Namespace) -> dict[str, Any]:
+    """`sweep fit steps`: one S(B) fit per group (or one group "all"), sorted by name."""
+    if not (math.isfinite(args.overhead) and args.overhead > 0):
+        raise FitInputError(f"--overhead must be a positive number, got {args.overhead}")
+    ref = args.reference_batch
+    if ref is not None and not (math.isfinite(ref) and ref > 0):
+        raise FitInputError(f"--reference-batch must be a positive number, got {ref}")
+    n_boot, seed = _check_boot(args)
+    numeric = [args.batch_col, args.steps_col]
+    if args.horizon_col:
+        numeric.append(args.horizon_col)
+    numeric = list(dict.fromkeys(numeric))
+    group_col = args.group_col
+    text = [group_col] if group_col and group_col not in numeric else []
+    try:
+        table = load_table(args.csv, numeric, text=text)
+    except ValueError as exc:
+        raise FitInputError(f"fit steps: {exc}") from None
+    if table.n_rows == 0:
+        raise FitInputError(f"fit steps: table {args.csv} has no data rows")
+
+    batch = table[args.batch_col]
+    steps = table[args.steps_col]
+    horizon = table[args.horizon_col] if args.horizon_col else None
+    if group_col:
+        labels = np.array([_group_label(v) for v in table[group_col]], dtype=object)
+        groups = sorted(set(labels.tolist()))
+    else:
+        labels = np.full(table.n_rows, "all", dtype=object)
+        groups = ["all"]
+
+    out = []
+    for g in groups:
+        m = labels == g
+        where = f"group {g!r}: " if group_col else ""
+        try:
+            res = steps_to_result(batch[m], steps[m], None if horizon is None else horizon[m])
+            fit = fit_steps(
+                res.batch_sizes,
+                res.steps,
+                not_reached=dict(zip(res.not_reached, res.censored_at, strict=True)),
+                overhead=args.overhead,
+                reference_batch=ref,
+                n_boot=n_boot,
+                seed=seed,
+            )
+        except ValueError as exc:
+            raise FitInputError(
+                f"fit steps: {where}{exc} (columns --batch-col {args.batch_col!r}, "
+                f"--steps-col {args.steps_col!r} of {args.csv})"
+            ) from None
+        out.append({"group": g, **fit.to_dict()})
+    return {"groups": out}
+
+
+def _group_label(value: Any) -> str:
+    """Group values as text; a numeric group column gives "64" rather than "64.0"."""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def _names(option: str, value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not n for n in names):
+        raise FitInputError(
+            f"{option} must be a comma-separated list of column names, got {value!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def parse_laws(specs: Sequence[str], hparams: Sequence[str]) -> dict[str, list[str]]:
+    """Parse ``--law h:x,y`` options into {h: [x, y]}; FitInputError on bad syntax."""
+    laws: dict[str, list[str]] = {}
+    for spec in specs:
+        head, sep, tail = spec.partition(":")
+        h = head.strip()
+        if not sep or not h or ":" in tail or not tail.strip():
+            raise FitInputError(
+                f"--law {spec!r} is not of the form h:x,y (a hyperparameter, a colon, and "
+                f"comma-separated regressor columns)"
+            )
+        if h not in hparams:
+            raise FitInputError(
+                f"--law {spec!r} names {h!r}, which is not in --hparams {list(hparams)}"
+            )
+        if h in laws:
+            raise FitInputError(f"--law given twice for {h!r}")
+        laws[h] = _names(f"--law {spec!r}", tail)
+    return laws
+
+
+def fit_hparams_command(args: argparse.Namespace) -> dict[str, Any]:
+    """`sweep fit hparams`: power laws of the near-optimal hyperparameters."""
+    hparams = _names("--hparams", args.hparams)
+    by = _names("--by", args.by)
+    laws = parse_laws(args.law, hparams)
+    if not (math.isfinite(args.band) and args.band >= 0):
+        raise FitInputError(f"--band must be a non-negative number, got {args.band}")
+    n_boot, seed = _check_boot(args)
+    needed = [args.loss_col, *hparams, *by, *(r for regs in laws.values() for r in regs)]
+    try:
+        table = load_table(args.csv, list(dict.fromkeys(needed)))
+    except ValueError as exc:
+        raise FitInputError(f"fit hparams: {exc}") from None
+    if table.n_rows == 0:
+        raise FitInputError(f"fit hparams: table {args.csv} has no data rows")
+    try:
+        result = fit_hparam_laws(
+            table.columns,
+            args.loss_col,
+            hparams,
+            by,
+            laws=laws,
+            band=args.band,
+            n_boot=n_boot,
+            seed=seed,
+        )
+    except ValueError as exc:
+        raise FitInputError(f"fit hparams: {exc} (table {args.csv})") from None
+    return result.to_dict()
+
+
+def to_json(result: dict[str, Any]) -> str:
+    """The JSON text printed for a fit result (strict: no NaN/Infinity)."""
+    return json.dumps(result, indent=2, allow_nan=False)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone ``python -m analysis.fit_cli fit …``: print JSON, exit 2 on bad input."""
+    parser = argparse.ArgumentParser(prog="sweep")
+    add_fit_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        result = run_fit(args)
+    except FitInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(to_json(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

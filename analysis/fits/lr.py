@@ -1,0 +1,384 @@
+"""Optimal learning rate per batch size and its scaling law.
+
+Per batch size, η*(B) is the LR minimising the objective, smoothed over the tuned trials
+by a local quadratic in log LR. Across batch sizes, η*(B) = c·B^α is fitted below B_crit
+and α compared with the linear (α = 1, SGD) and square-root (α = 0.5, Adam) rules; the
+saturating form ε_opt(B) = ε_max / (1 + B_noise/B) (McCandlish et al. 2018) is fitted on
+all batch sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+from scipy.optimize import least_squares
+from scipy.special import expit
+
+from analysis.fits.steps import _batch_json, _floats, _jsonable, _positive_batches, _softplus
+
+__all__ = [
+    "LRLaw",
+    "OptimalLR",
+    "RuleComparison",
+    "SaturatingFit",
+    "fit_lr_law",
+    "optimal_lr",
+]
+
+Bounds = tuple[float, float]
+
+# An optimum within this fraction of the log-width of the search bounds from a bound is
+# "at the edge": the true optimum may lie outside.
+_EDGE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class OptimalLR:
+    """η*(B) per batch size (ascending).
+
+    ``method`` is ``"quadratic"`` when the local quadratic in log LR gave a minimum inside
+    the trials it was fitted to, else ``"best"`` (the best trial's LR). ``at_edge`` flags
+    a best trial at the smallest or largest LR tried (diverged trials count as tried),
+    or an optimum within 5% of the log-width of the given search bounds from a bound.
+    """
+
+    batch_sizes: tuple[float, ...]
+    lr_opt: tuple[float, ...]
+    objective_opt: tuple[float, ...]
+    best_lr: tuple[float, ...]
+    best_objective: tuple[float, ...]
+    at_edge: tuple[bool, ...]
+    method: tuple[str, ...]
+    n_trials: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: one entry per batch size."""
+        return {
+            "batch_sizes": [
+                {
+                    "batch": _batch_json(b),
+                    "lr_opt": _jsonable(lr),
+                    "objective_opt": _jsonable(obj),
+                    "best_lr": _jsonable(blr),
+                    "best_objective": _jsonable(bobj),
+                    "at_edge": edge,
+                    "method": m,
+                    "n_trials": n,
+                }
+                for b, lr, obj, blr, bobj, edge, m, n in zip(
+                    self.batch_sizes,
+                    self.lr_opt,
+                    self.objective_opt,
+                    self.best_lr,
+                    self.best_objective,
+                    self.at_edge,
+                    self.method,
+                    self.n_trials,
+                    strict=True,
+                )
+            ]
+        }
+
+
+def _local_quadratic(
+    x: np.ndarray, f: np.ndarray, n_near: int | None
+) -> tuple[float, float] | None:
+    """Vertex (log LR, objective) of a weighted quadratic around the best trial, or None."""
+    order = np.argsort(x, kind="stable")
+    x, f = x[order], f[order]
+    j = int(np.argmin(f))
+    n = x.size
+    k = min(n, n_near if n_near is not None else max(5, math.ceil(n / 2)))
+    # A window of k trials in LR order centred on the best one (shifted at the ends):
+    # unlike the k nearest in log LR, it brackets the best trial even across a gap
+    # in the sampled LRs.
+    start = min(max(j - k // 2, 0), n - k)
+    xu, fu = x[start : start + k], f[start : start + k]
+    du = np.abs(xu - x[j])
+    if np.unique(xu).size < 3:
+        return None
+    # Tricube weights on the distance from the best trial, bandwidth 1.5× the farthest
+    # used trial, so the fit is local but every used trial still counts.
+    w = (1.0 - (du / (1.5 * du.max())) ** 3) ** 3
+    a2, a1, a0 = np.polyfit(xu, fu, 2, w=np.sqrt(w))
+    if not a2 > 0:
+        return None
+    v = -a1 / (2 * a2)
+    if not xu.min() <= v <= xu.max():
+        return None
+    return float(v), float(a0 + a1 * v + a2 * v * v)
+
+
+def optimal_lr(
+    lr: ArrayLike,
+    objective: ArrayLike,
+    batch: ArrayLike,
+    *,
+    bounds: Bounds | Mapping[float, Bounds] | None = None,
+    n_near: int | None = None,
+) -> OptimalLR:
+    """The objective-minimising LR per batch size, smoothed over the tuned trials.
+
+    One entry per trial. Per batch size a quadratic in log LR is fitted (weighted by
+    distance from the best trial) to a window of ``n_near`` consecutive trials in LR order
+    centred on the best one (default: half the trials, at least 5); its minimum is η*
+    when the parabola is convex and its vertex lies within the window, else η* is the
+    best trial's LR. Trials with a non-finite objective
+    (diverged) are not fitted but count towards the tried range. ``bounds`` are the
+    search bounds (one pair, or per batch size) used for the ``at_edge`` flag.
+    """
+    lr_a = _floats(lr, "lr")
+    obj = _floats(objective, "objective")
+    b = _floats(batch, "batch")
+    if not lr_a.shape == obj.shape == b.shape:
+        raise ValueError(
+            f"lr, objective and batch differ in length: {lr_a.size}, {obj.size}, {b.size}"
+        )
+    _positive_batches(b)
+    if not (np.isfinite(lr_a) & (lr_a > 0)).all():
+        raise ValueError("learning rates must be finite and positive")
+    if n_near is not None and n_near < 3:
+        raise ValueError(f"n_near must be at least 3, got {n_near}")
+
+    out: dict[str, list[Any]] = {k: [] for k in ("b", "lr", "obj", "blr", "bobj", "edge", "m", "n")}
+    for size in np.unique(b):
+        rows = b == size
+        x_all = np.log(lr_a[rows])
+        fin = np.isfinite(obj[rows])
+        if not fin.any():
+            raise ValueError(f"batch size {_batch_json(size)}: no trial has a finite objective")
+        x, f = x_all[fin], obj[rows][fin]
+        i_best = int(np.argmin(f))
+        quad = _local_quadratic(x, f, n_near)
+        lo, hi = float(x_all.min()), float(x_all.max())
+        edge = bool(x[i_best] <= lo or x[i_best] >= hi)
+        if quad is None:
+            v, fv, method = float(x[i_best]), float(f[i_best]), "best"
+        else:
+            (v, fv), method = quad, "quadratic"
+        bnd = bounds.get(float(size)) if isinstance(bounds, Mapping) else bounds
+        if bnd is not None:
+            blo, bhi = math.log(bnd[0]), math.log(bnd[1])
+            tol = _EDGE_TOLERANCE * (bhi - blo)
+            edge = edge or v - blo <= tol or bhi - v <= tol
+        out["b"].append(float(size))
+        out["lr"].append(math.exp(v))
+        out["obj"].append(fv)
+        out["blr"].append(float(math.exp(x[i_best])))
+        out["bobj"].append(float(f[i_best]))
+        out["edge"].append(edge)
+        out["m"].append(method)
+        out["n"].append(int(rows.sum()))
+    return OptimalLR(
+        batch_sizes=tuple(out["b"]),
+        lr_opt=tuple(out["lr"]),
+        objective_opt=tuple(out["obj"]),
+        best_lr=tuple(out["blr"]),
+        best_objective=tuple(out["bobj"]),
+        at_edge=tuple(out["edge"]),
+        method=tuple(out["m"]),
+        n_trials=tuple(out["n"]),
+    )
+
+
+@dataclass(frozen=True)
+class RuleComparison:
+    """How a fitted exponent α compares with a scaling rule's α."""
+
+    name: str
+    alpha: float
+    inside_ci: bool
+    distance: float  # fitted α − rule α
+    z: float  # distance in standard errors
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return _jsonable(
+            {
+                "name": self.name,
+                "alpha": self.alpha,
+                "inside_ci": self.inside_ci,
+                "distance": self.distance,
+                "z": self.z,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class SaturatingFit:
+    """Fit of ε_opt(B) = ε_max / (1 + B_noise/B) in log space."""
+
+    eps_max: float
+    b_noise: float
+    residuals: tuple[float, ...]
+    n_points: int
+    identified: bool  # False when B_noise ran to a bound (no saturation visible)
+
+    def predict(self, batch: ArrayLike) -> np.ndarray:
+        """ε_opt at the given batch sizes."""
+        return self.eps_max / (1.0 + self.b_noise / _floats(batch, "batch"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return _jsonable(
+            {
+                "eps_max": self.eps_max,
+                "b_noise": self.b_noise,
+                "residuals": self.residuals,
+                "n_points": self.n_points,
+                "identified": self.identified,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class LRLaw:
+    """η*(B) = c·B^α fitted on batch sizes ≤ ``b_max``, rule comparisons, saturating form.
+
+    ``alpha_ci`` is a t-interval (NaN with two points); ``closest_rule`` names the rule
+    nearest the fitted α.
+    """
+
+    c: float
+    alpha: float
+    alpha_ci: tuple[float, float]
+    alpha_stderr: float
+    b_max: float | None
+    batch_sizes: tuple[float, ...]
+    lr_opt: tuple[float, ...]
+    residuals: tuple[float, ...]
+    n_points: int
+    rules: tuple[RuleComparison, ...]
+    closest_rule: str
+    saturating: SaturatingFit | None
+
+    def predict(self, batch: ArrayLike) -> np.ndarray:
+        """c·B^α at the given batch sizes."""
+        return self.c * np.power(_floats(batch, "batch"), self.alpha)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "c": _jsonable(self.c),
+            "alpha": _jsonable(self.alpha),
+            "alpha_ci": _jsonable(self.alpha_ci),
+            "alpha_stderr": _jsonable(self.alpha_stderr),
+            "b_max": _batch_json(self.b_max),
+            "batch_sizes": [_batch_json(b) for b in self.batch_sizes],
+            "lr_opt": _jsonable(self.lr_opt),
+            "residuals": _jsonable(self.residuals),
+            "n_points": self.n_points,
+            "rules": {r.name: r.to_dict() for r in self.rules},
+            "closest_rule": self.closest_rule,
+            "saturating": None if self.saturating is None else self.saturating.to_dict(),
+        }
+
+
+def _fit_saturating(x: np.ndarray, y: np.ndarray) -> SaturatingFit:
+    """log ε = log ε_max − softplus(log B_noise − log B), by least squares."""
+    margin = math.log(1e6)
+    lo, hi = float(x.min() - margin), float(x.max() + margin)
+
+    def fun(p: np.ndarray) -> np.ndarray:
+        return y - p[0] + _softplus(p[1] - x)
+
+    def jac(p: np.ndarray) -> np.ndarray:
+        return np.column_stack([-np.ones_like(x), expit(p[1] - x)])
+
+    grid = np.linspace(lo, hi, 241)
+    z = y[None, :] + _softplus(grid[:, None] - x[None, :])
+    sse = ((z - z.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    b0 = float(np.clip(grid[np.argmin(sse)], lo + 1e-9, hi - 1e-9))
+    a0 = float(np.mean(y + _softplus(b0 - x)))
+    sol = least_squares(
+        fun,
+        np.array([a0, b0]),
+        jac=jac,
+        bounds=([-np.inf, lo], [np.inf, hi]),
+        xtol=1e-12,
+        ftol=1e-12,
+        gtol=1e-12,
+    )
+    a, bn = float(sol.x[0]), float(sol.x[1])
+    return SaturatingFit(
+        eps_max=math.exp(a),
+        b_noise=math.exp(bn),
+        residuals=tuple(float(v) for v in fun(sol.x)),
+        n_points=int(x.size),
+        identified=bool(lo + 1e-6 < bn < hi - 1e-6),
+    )
+
+
+def fit_lr_law(
+    batch: ArrayLike,
+    lr_opt: ArrayLike,
+    b_max: float | None = None,
+    *,
+    confidence: float = 0.95,
+    rules: Mapping[str, float] | None = None,
+) -> LRLaw:
+    """Fit η*(B) = c·B^α on batch sizes ≤ ``b_max`` (e.g. B_crit) by least squares in logs.
+
+    α gets a t-interval; it is compared with the linear rule (α = 1) and the square-root
+    rule (α = 0.5), or with ``rules`` (name → α). The saturating form
+    ε_opt(B) = ε_max / (1 + B_noise/B) is fitted on all batch sizes (None with fewer than
+    3). Needs at least 2 distinct batch sizes ≤ ``b_max``.
+    """
+    b = _floats(batch, "batch")
+    lr_a = _floats(lr_opt, "lr_opt")
+    if b.shape != lr_a.shape:
+        raise ValueError(f"batch and lr_opt differ in length: {b.size} vs {lr_a.size}")
+    _positive_batches(b)
+    ok = np.isfinite(lr_a) & (lr_a > 0)
+    b, lr_a = b[ok], lr_a[ok]
+    sel = np.ones(b.size, bool) if b_max is None else b <= b_max
+    xb, yb = np.log(b[sel]), np.log(lr_a[sel])
+    if np.unique(xb).size < 2:
+        raise ValueError(
+            f"fitting η*(B) = c·B^α needs at least 2 distinct batch sizes"
+            f"{'' if b_max is None else f' <= {b_max:g}'} with a positive optimal LR; "
+            f"got {b[sel].tolist()}"
+        )
+    alpha, logc = np.polyfit(xb, yb, 1)
+    resid = yb - (logc + alpha * xb)
+    n = xb.size
+    if n > 2:
+        se = math.sqrt((resid**2).sum() / (n - 2) / ((xb - xb.mean()) ** 2).sum())
+        q = float(stats.t.ppf(0.5 + confidence / 2, n - 2))
+        ci = (float(alpha - q * se), float(alpha + q * se))
+    else:
+        se, ci = math.nan, (math.nan, math.nan)
+    named = dict(rules) if rules is not None else {"linear": 1.0, "sqrt": 0.5}
+    comps = tuple(
+        RuleComparison(
+            name=name,
+            alpha=float(ra),
+            inside_ci=bool(ci[0] <= ra <= ci[1]),
+            distance=float(alpha - ra),
+            z=float((alpha - ra) / se) if se > 0 else math.nan,
+        )
+        for name, ra in named.items()
+    )
+    closest = min(comps, key=lambda r: abs(r.distance)).name if comps else ""
+    x_all, y_all = np.log(b), np.log(lr_a)
+    sat = _fit_saturating(x_all, y_all) if np.unique(x_all).size >= 3 else None
+    return LRLaw(
+        c=math.exp(logc),
+        alpha=float(alpha),
+        alpha_ci=ci,
+        alpha_stderr=se,
+        b_max=None if b_max is None else float(b_max),
+        batch_sizes=tuple(float(v) for v in b[sel]),
+        lr_opt=tuple(float(v) for v in lr_a[sel]),
+        residuals=tuple(float(v) for v in resid),
+        n_points=n,
+        rules=comps,
+        closest_rule=closest,
+        saturating=sat,
+    )

@@ -1,0 +1,1 @@
+"""The trainer: models, data, optimizers, schedules and the step-based training loop."""

@@ -1,0 +1,131 @@
+"""Typed configuration of one training run (the `model`, `data`, `optimizer`, `schedule`
+and `train` groups of the Hydra tree).
+
+These dataclasses are the schema: Hydra composes YAML onto them and rejects unknown keys.
+They are plain data; `models.validate` checks values, `models.train` consumes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ModelConfig:
+    """Which network, its size preset and explicit overrides of every dimension."""
+
+    name: str = "gpt"  # gpt | mlp | nqm
+    size: str = "tiny"  # preset name (see models.nets.PRESETS); explicit fields below win
+    # gpt (None = from the preset; vocab_size and max_seq_len default to the data's)
+    n_layers: int | None = None
+    d_model: int | None = None
+    n_heads: int | None = None
+    mlp_ratio: float | None = None
+    vocab_size: int | None = None
+    max_seq_len: int | None = None
+    pos_emb: str = "learned"  # learned | rotary
+    tie_embeddings: bool = False
+    # mlp
+    hidden: int | None = None
+    depth: int | None = None
+    # nqm: curvature h_i = i^(-curvature_power), i = 1..dim; per-example gradient noise
+    # covariance Sigma = noise_scale * diag(h); start at theta_i = init_scale for all i.
+    dim: int = 100
+    curvature_power: float = 1.0
+    noise_scale: float = 1.0
+    init_scale: float = 1.0
+    # precision
+    param_dtype: str = "float32"  # float32 | bfloat16
+    dtype: str = "float32"  # compute dtype: float32 | bfloat16
+
+
+@dataclass
+class DataConfig:
+    """Data source and MaxText batch semantics (global batch in examples/sequences)."""
+
+    name: str = "markov"  # markov | tokens | text | teacher | nqm
+    global_batch: int = 32
+    seq_len: int = 64
+    max_microbatch: int | None = None  # per device; None = the whole per-device batch
+    seed: int = 0  # seed of the data *process* (e.g. the Markov chain's tables)
+    eval_examples: int = 256  # size of the fixed held-out set
+    eval_batch: int = 64  # examples per evaluation forward pass
+    # markov: order-k chain over vocab_size tokens, each context with `branching` successors
+    vocab_size: int = 16
+    order: int = 2
+    branching: int = 4
+    concentration: float = 1.0  # Dirichlet concentration of successor probabilities
+    # tokens / text
+    path: str = ""
+    dtype: str = "uint16"  # tokens: uint16 | uint32
+    heldout_frac: float = 0.05
+    # teacher (mlp): x ~ N(0, I_input_dim), y ~ softmax(teacher(x) / temperature)
+    input_dim: int = 32
+    n_classes: int = 10
+    temperature: float = 1.0
+
+
+@dataclass
+class OptimizerConfig:
+    """Optimizer and its runtime hyperparameters (none of them changes a shape)."""
+
+    name: str = "adamw"  # adamw | sgd | lars | lamb | lion
+    lr: float = 1e-3  # peak learning rate
+    b1: float = 0.9  # also the momentum of sgd and lars
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip: float = 0.0  # global-norm clip; 0 = off
+    nesterov: bool = False  # sgd / lars
+    trust_coefficient: float = 0.001  # lars
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule; warmup given in steps, tokens, examples or a fraction."""
+
+    name: str = (
+        "warmup_constant"  # constant | warmup_constant | warmup_cosine | warmup_linear | wsd
+    )
+    warmup_steps: int | None = None
+    warmup_tokens: int | None = None
+    warmup_examples: int | None = None
+    warmup_frac: float | None = None  # fraction of the horizon
+    final_lr_frac: float = 0.0  # cosine / linear / wsd: lr at the horizon, as a fraction of peak
+    decay_frac: float = 0.2  # wsd: fraction of the horizon spent decaying
+
+
+@dataclass
+class TrainConfig:
+    """Horizon, cadences (all in optimizer steps), stopping rules and run mechanics."""
+
+    max_steps: int | None = 200
+    max_tokens: int | None = None
+    max_examples: int | None = None
+    log_every: int = 10
+    eval_every: int = 50
+    checkpoint_every: int = 0  # 0 = only at the end
+    keep_checkpoints: int = 2
+    target_loss: float | None = None
+    stop_at_target: bool = False
+    divergence_factor: float = 10.0  # loss above factor x initial loss = diverged
+    eval_positions: int | None = None  # LM: evaluate on the first N positions only
+    ema_decay: float = 0.0  # > 0: evaluate an exponential moving average of the weights
+    noise_scale: bool = False  # estimate the gradient noise scale B_simple
+    seed: int = 0  # init and batch-order seed
+    devices: int | None = None  # local devices to use; None = all
+    compile_cache_dir: str = "~/.cache/stepscale/jax"  # "" disables the persistent cache
+    resume: bool = True  # continue from the latest checkpoint in the run dir
+
+
+@dataclass
+class TrainerConfig:
+    """Everything one training run needs."""
+
+    name: str | None = None  # default: the conf preset's name
+    run_dir: str | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)

@@ -1,0 +1,16 @@
+"""The one exception type for bad user input anywhere in the trainer."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value (or a file it names) is unusable.
+
+    `field` is the dotted config key at fault (e.g. ``data.global_batch``); the message
+    says what is wrong and which values are allowed. CLIs turn it into exit code 2.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message

@@ -1,0 +1,108 @@
+"""Optimizers (optax) whose hyperparameters are runtime state, not compile-time constants.
+
+Each optimizer is wrapped in ``optax.inject_hyperparams`` so its learning rate, betas, eps
+and weight decay live in the optimizer state; the training step writes the current values
+into that state every update. Trials that differ only in these values therefore run the
+same compiled program. Gradient clipping is done by the step itself (it needs the global
+norm for logging anyway), with the clip threshold a runtime value as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from models.config import OptimizerConfig
+
+OPTIMIZERS = ("adamw", "sgd", "lars", "lamb", "lion")
+
+# Names of the runtime hyperparameters each optimizer keeps in its state, mapped from the
+# keys of the step's hyperparameter dict.
+_RUNTIME_KEYS: dict[str, dict[str, str]] = {
+    "adamw": {
+        "learning_rate": "lr",
+        "b1": "b1",
+        "b2": "b2",
+        "eps": "eps",
+        "weight_decay": "weight_decay",
+    },
+    "sgd": {"learning_rate": "lr", "momentum": "b1", "weight_decay": "weight_decay"},
+    "lars": {"learning_rate": "lr", "momentum": "b1", "weight_decay": "weight_decay", "eps": "eps"},
+    "lamb": {
+        "learning_rate": "lr",
+        "b1": "b1",
+        "b2": "b2",
+        "eps": "eps",
+        "weight_decay": "weight_decay",
+    },
+    "lion": {"learning_rate": "lr", "b1": "b1", "b2": "b2", "weight_decay": "weight_decay"},
+}
+
+
+def decay_mask(params: Any) -> Any:
+    """Weight decay (and LARS trust ratios) apply to matrices only, not to biases, norms or
+    one-dimensional parameters."""
+    return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def _sgd(
+    learning_rate: float, momentum: float, weight_decay: float, *, nesterov: bool
+) -> optax.GradientTransformation:
+    # optax.sgd drops its momentum buffer when momentum is None/0 at build time; a fixed
+    # buffer keeps the state shape independent of the runtime momentum value.
+    return optax.chain(
+        optax.add_decayed_weights(weight_decay, mask=decay_mask),
+        optax.trace(decay=momentum, nesterov=nesterov),
+        optax.scale_by_learning_rate(learning_rate),
+    )
+
+
+def _factory(cfg: OptimizerConfig) -> Callable[..., optax.GradientTransformation]:
+    name = cfg.name
+    if name == "adamw":
+        return lambda learning_rate, b1, b2, eps, weight_decay: optax.adamw(
+            learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask
+        )
+    if name == "sgd":
+        return lambda learning_rate, momentum, weight_decay: _sgd(
+            learning_rate, momentum, weight_decay, nesterov=cfg.nesterov
+        )
+    if name == "lars":
+        return lambda learning_rate, momentum, weight_decay, eps: optax.lars(
+            learning_rate,
+            weight_decay=weight_decay,
+            weight_decay_mask=decay_mask,
+            trust_coefficient=cfg.trust_coefficient,
+            eps=eps,
+            trust_ratio_mask=decay_mask,
+            momentum=momentum,
+            nesterov=cfg.nesterov,
+        )
+    if name == "lamb":
+        return lambda learning_rate, b1, b2, eps, weight_decay: optax.lamb(
+            learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask
+        )
+    if name == "lion":
+        return lambda learning_rate, b1, b2, weight_decay: optax.lion(
+            learning_rate, b1=b1, b2=b2, weight_decay=weight_decay, mask=decay_mask
+        )
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
+    """The optimizer named in ``cfg`` with every numeric hyperparameter injected as state."""
+    initial = {k: 0.0 for k in _RUNTIME_KEYS[cfg.name]}
+    return optax.inject_hyperparams(_factory(cfg))(**initial)
+
+
+def set_hyperparams(name: str, opt_state: Any, hp: dict[str, jnp.ndarray], lr: jnp.ndarray) -> Any:
+    """Return ``opt_state`` with the runtime hyperparameters for this update written in."""
+    values = {
+        inner: (lr if outer == "lr" else hp[outer]) for inner, outer in _RUNTIME_KEYS[name].items()
+    }
+    new = {k: jnp.asarray(values[k], dtype=v.dtype) for k, v in opt_state.hyperparams.items()}
+    return opt_state._replace(hyperparams=new)

@@ -1,0 +1,248 @@
+"""Validate a trainer config and resolve it into a `RunPlan`, before any compute.
+
+Every bad value stops here with a `ConfigError` naming the field and the allowed
+values: unknown names, non-positive sizes, warmup longer than the horizon, a batch that
+does not split over devices × microbatch, a sequence longer than the model allows, an
+unusable token file, a target below the data's loss floor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from models import nets
+from models.batching import BatchPlan, plan_batch
+from models.config import TrainerConfig
+from models.data import DataInfo, DataSource, build_source
+from models.durations import to_steps
+from models.errors import ConfigError
+from models.optim import OPTIMIZERS
+from models.schedules import SCHEDULES
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A validated run: the data source, batch layout and every duration in steps."""
+
+    cfg: TrainerConfig
+    source: DataSource
+    info: DataInfo
+    batch: BatchPlan
+    horizon: int
+    warmup: int
+    decay_steps: int
+    tokens_per_step: int
+    examples_per_step: int
+    n_params: int
+    flops_per_step: float
+    static_key: str  # identifies the compiled programs (shapes and program choices only)
+
+    def hyperparams(self) -> dict[str, float]:
+        """The runtime hyperparameters of the compiled step, as plain floats."""
+        o, s = self.cfg.optimizer, self.cfg.schedule
+        return {
+            "lr": o.lr,
+            "b1": o.b1,
+            "b2": o.b2,
+            "eps": o.eps,
+            "weight_decay": o.weight_decay,
+            "clip": o.clip,
+            "warmup": float(self.warmup),
+            "horizon": float(self.horizon),
+            "decay_steps": float(self.decay_steps),
+            "final_lr_frac": s.final_lr_frac,
+            "ema_decay": self.cfg.train.ema_decay,
+        }
+
+
+def _choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(field, f"unknown value {value!r}; choose one of {', '.join(allowed)}")
+
+
+def _positive(field: str, value: float | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise ConfigError(field, f"must be {bound}, got {value}")
+
+
+def _in_unit_interval(field: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(field, f"must lie in [0, 1), got {value}")
+
+
+def _check_optimizer(cfg: TrainerConfig) -> None:
+    o = cfg.optimizer
+    _choice("optimizer.name", o.name, OPTIMIZERS)
+    _positive("optimizer.lr", o.lr, allow_zero=True)
+    _in_unit_interval("optimizer.b1", o.b1)
+    _in_unit_interval("optimizer.b2", o.b2)
+    _positive("optimizer.eps", o.eps, allow_zero=True)
+    _positive("optimizer.weight_decay", o.weight_decay, allow_zero=True)
+    _positive("optimizer.clip", o.clip, allow_zero=True)
+    _positive("optimizer.trust_coefficient", o.trust_coefficient)
+
+
+def _check_train(cfg: TrainerConfig) -> int:
+    t = cfg.train
+    for name in ("log_every", "eval_every"):
+        _positive(f"train.{name}", getattr(t, name))
+    _positive("train.checkpoint_every", t.checkpoint_every, allow_zero=True)
+    _positive("train.keep_checkpoints", t.keep_checkpoints)
+    _positive("train.divergence_factor", t.divergence_factor)
+    _positive("train.eval_positions", t.eval_positions)
+    _in_unit_interval("train.ema_decay", t.ema_decay)
+    _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
+    _choice("model.dtype", cfg.model.dtype, DTYPES)
+    available = len(jax.local_devices())
+    devices = available if t.devices is None else t.devices
+    if not 1 <= devices <= available:
+        raise ConfigError(
+            "train.devices", f"must lie in [1, {available}] (local devices), got {devices}"
+        )
+    return devices
+
+
+def _horizon(cfg: TrainerConfig, examples: int, tokens: int) -> int:
+    t = cfg.train
+    if t.max_tokens is not None or t.max_examples is not None:
+        steps = None  # a horizon in tokens/examples replaces the default in steps
+    else:
+        steps = t.max_steps
+    horizon = to_steps(
+        "train.max",
+        steps=steps,
+        tokens=t.max_tokens,
+        examples=t.max_examples,
+        examples_per_step=examples,
+        tokens_per_step=tokens,
+        allow_zero=False,
+    )
+    if horizon is None:
+        raise ConfigError("train.max_steps", "the run needs a horizon: set train.max_steps")
+    return horizon
+
+
+def _warmup(cfg: TrainerConfig, horizon: int, examples: int, tokens: int) -> int:
+    s = cfg.schedule
+    _choice("schedule.name", s.name, SCHEDULES)
+    warmup = to_steps(
+        "schedule.warmup",
+        steps=s.warmup_steps,
+        tokens=s.warmup_tokens,
+        examples=s.warmup_examples,
+        fraction=s.warmup_frac,
+        examples_per_step=examples,
+        tokens_per_step=tokens,
+        horizon=horizon,
+    )
+    warmup = warmup or 0
+    if warmup > horizon:
+        raise ConfigError(
+            "schedule.warmup_steps",
+            f"warmup of {warmup} steps is longer than the horizon of {horizon} steps",
+        )
+    if s.name == "constant" and warmup:
+        raise ConfigError("schedule.name", "'constant' has no warmup; use 'warmup_constant'")
+    if not 0.0 <= s.final_lr_frac <= 1.0:
+        raise ConfigError("schedule.final_lr_frac", f"must lie in [0, 1], got {s.final_lr_frac}")
+    if not 0.0 < s.decay_frac <= 1.0:
+        raise ConfigError("schedule.decay_frac", f"must lie in (0, 1], got {s.decay_frac}")
+    return warmup
+
+
+def _check_target(cfg: TrainerConfig, info: DataInfo) -> None:
+    target = cfg.train.target_loss
+    if target is None:
+        if cfg.train.stop_at_target:
+            raise ConfigError("train.stop_at_target", "needs train.target_loss")
+        return
+    if not math.isfinite(target):
+        raise ConfigError("train.target_loss", f"must be a finite number, got {target}")
+    floor = info.loss_floor
+    if floor is not None and target <= floor and cfg.train.eval_positions is None:
+        raise ConfigError(
+            "train.target_loss",
+            f"{target} is at or below the data's loss floor {floor:.4f} (no model can reach it); "
+            f"choose a target above {floor:.4f}",
+        )
+
+
+def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
+    """Only what shapes or selects the compiled program; runtime values are left out."""
+    data = dataclasses.asdict(cfg.data)
+    for runtime in ("seed", "path", "heldout_frac", "concentration", "temperature"):
+        data.pop(runtime, None)
+    static = {
+        "model": dataclasses.asdict(nets.resolve(cfg.model, info)),
+        "data": data,
+        "info": dataclasses.asdict(info) | {"loss_floor": None},
+        "optimizer": [cfg.optimizer.name, cfg.optimizer.nesterov, cfg.optimizer.trust_coefficient],
+        "schedule": cfg.schedule.name,
+        "batch": dataclasses.asdict(batch),
+        "ema": cfg.train.ema_decay > 0,
+        "eval_positions": cfg.train.eval_positions,
+    }
+    return json.dumps(static, sort_keys=True, default=str)
+
+
+def prepare(cfg: TrainerConfig) -> RunPlan:
+    """Check every field and derive the plan; raises ConfigError on bad input."""
+    _check_optimizer(cfg)
+    devices = _check_train(cfg)
+    _choice("model.name", cfg.model.name, nets.MODELS)
+    source = build_source(cfg.data, nqm_dim=cfg.model.dim)
+    info = source.info
+    nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
+    batch = plan_batch(
+        cfg.data.global_batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
+    )
+    examples = cfg.data.global_batch
+    tokens = examples * info.tokens_per_example
+    horizon = _horizon(cfg, examples, tokens)
+    warmup = _warmup(cfg, horizon, examples, tokens)
+    decay_steps = max(1, math.ceil(cfg.schedule.decay_frac * horizon))
+    _check_target(cfg, info)
+    return RunPlan(
+        cfg=cfg,
+        source=source,
+        info=info,
+        batch=batch,
+        horizon=horizon,
+        warmup=warmup,
+        decay_steps=decay_steps,
+        tokens_per_step=tokens,
+        examples_per_step=examples,
+        n_params=nets.count_params(cfg.model, info),
+        flops_per_step=nets.flops_per_example(cfg.model, info) * examples,
+        static_key=_static_key(cfg, batch, info),
+    )
+
+
+def describe(plan: RunPlan) -> dict[str, Any]:
+    """The derived quantities a user wants to see beside the config."""
+    b = plan.batch
+    return {
+        "horizon_steps": plan.horizon,
+        "warmup_steps": plan.warmup,
+        "global_batch": b.global_batch,
+        "devices": b.devices,
+        "per_device_batch": b.per_device,
+        "microbatch": b.microbatch,
+        "accum_steps": b.accum_steps,
+        "tokens_per_step": plan.tokens_per_step,
+        "examples_per_step": plan.examples_per_step,
+        "params": plan.n_params,
+        "flops_per_step": plan.flops_per_step,
+        "loss_floor": plan.info.loss_floor,
+    }

@@ -1,0 +1,204 @@
+"""The compiled training program: a pure step, scanned over a chunk of steps per call.
+
+Everything that changes shapes or the program (model dimensions, optimizer and schedule
+names, batch layout, chunk length) is static; every hyperparameter that does not (peak
+LR, warmup, horizon, betas, eps, weight decay, clip, EMA decay) and the data tables arrive
+as runtime arguments. Compiled programs are cached per static signature, so later runs in
+the same process at the same shapes never retrace, and the persistent compilation cache
+serves new processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import Mesh
+
+from models.batching import BatchPlan, batch_sharding, split_microbatches
+from models.optim import set_hyperparams
+from models.schedules import lr_at
+
+# How often each compiled function was traced (a retrace is a recompile). Tests read it.
+TRACE_COUNTS: dict[str, int] = {"train_chunk": 0, "eval": 0, "init": 0}
+
+# Stream ids folded into the train seed, so data order and init never share random bits.
+DATA_STREAM = 1
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """Everything static about a run's compiled programs (the cache key is its ``key``)."""
+
+    key: str
+    graphdef: Any
+    tx: optax.GradientTransformation
+    optimizer: str
+    schedule: str
+    plan: BatchPlan
+    mesh: Mesh
+    sample: Callable[..., Any] | None  # device-side data sampler, None for host-side data
+    ema: bool
+    noise_scale: bool
+    eval_positions: int | None
+
+
+def _tree_zeros(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), tree)
+
+
+def _sq_norm(tree: Any) -> jax.Array:
+    return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
+
+
+def _gradients(
+    spec: StepSpec, params: Any, batch: dict[str, Any]
+) -> tuple[Any, jax.Array, jax.Array]:
+    """Mean gradient and loss over the step's microbatches, and the mean squared norm of the
+    microbatch gradients (for the noise scale)."""
+
+    def loss_fn(p: Any, mb: dict[str, Any]) -> jax.Array:
+        return nnx.merge(spec.graphdef, p).loss(mb, train=True)
+
+    grad_fn = jax.value_and_grad(loss_fn)
+    n = spec.plan.n_micro
+    if n == 1:
+        loss, grads = grad_fn(params, batch)
+        return grads, loss, _sq_norm(grads)
+
+    micro = split_microbatches(batch, spec.plan, spec.mesh)
+
+    def accumulate(carry: Any, mb: dict[str, Any]) -> tuple[Any, None]:
+        gsum, lsum, sqsum = carry
+        loss, g = grad_fn(params, mb)
+        gsum = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), gsum, g)
+        return (gsum, lsum + loss, sqsum + _sq_norm(g)), None
+
+    init = (_tree_zeros(params), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+    (gsum, lsum, sqsum), _ = jax.lax.scan(accumulate, init, micro)
+    grads = jax.tree.map(lambda g, p: (g / n).astype(p.dtype), gsum, params)
+    return grads, lsum / n, sqsum / n
+
+
+def _noise_terms(
+    plan: BatchPlan, small_sq: jax.Array, big_sq: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Unbiased estimates of |G|² and tr Σ from gradient norms at two batch sizes
+    (McCandlish et al. 2018, App. A). B_simple = tr Σ / |G|², averaged separately."""
+    b_big = float(plan.global_batch)
+    b_small = b_big / plan.n_micro
+    g2 = (b_big * big_sq - b_small * small_sq) / (b_big - b_small)
+    trace = (small_sq - big_sq) / (1.0 / b_small - 1.0 / b_big)
+    return g2, trace
+
+
+def _train_step(
+    spec: StepSpec,
+    state: dict[str, Any],
+    hp: dict[str, jax.Array],
+    arrays: Any,
+    key: jax.Array,
+    batch: Any,
+) -> tuple[dict[str, Any], dict[str, jax.Array]]:
+    step = state["step"]
+    if batch is None:
+        batch = spec.sample(arrays, jax.random.fold_in(key, step), spec.plan.global_batch)
+        batch = jax.lax.with_sharding_constraint(batch, batch_sharding(spec.mesh))
+    params = state["params"]
+    grads, loss, small_sq = _gradients(spec, params, batch)
+    grad_norm = optax.tree.norm(grads)
+    clip = hp["clip"]
+    scale = jnp.where(clip > 0, jnp.minimum(1.0, clip / (grad_norm + 1e-12)), 1.0)
+    grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
+    lr = lr_at(spec.schedule, step, hp)
+    opt_state = set_hyperparams(spec.optimizer, state["opt"], hp, lr)
+    updates, opt_state = spec.tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    new_state = {"params": new_params, "opt": opt_state, "step": step + 1}
+    if spec.ema:
+        # The decay ramps up (TF-style) so early evaluations are not dominated by the init.
+        t = step.astype(jnp.float32)
+        decay = jnp.minimum(hp["ema_decay"], (1.0 + t) / (10.0 + t))
+        new_state["ema"] = jax.tree.map(
+            lambda e, p: (decay * e + (1.0 - decay) * p).astype(e.dtype), state["ema"], new_params
+        )
+    metrics = {
+        "loss": loss,
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "update_norm": optax.tree.norm(updates),
+        "param_norm": optax.tree.norm(new_params),
+    }
+    if spec.noise_scale:
+        metrics["ns_g2"], metrics["ns_trace"] = _noise_terms(spec.plan, small_sq, grad_norm**2)
+    return new_state, metrics
+
+
+_CHUNK_CACHE: dict[tuple[str, int, bool], Callable[..., Any]] = {}
+_EVAL_CACHE: dict[str, Callable[..., Any]] = {}
+_INIT_CACHE: dict[str, Callable[..., Any]] = {}
+
+
+def init_fn(
+    spec: StepSpec, build: Callable[[jax.Array], nnx.Module], sharding: Any
+) -> Callable[..., Any]:
+    """``f(seed_key) -> state``: builds the model and optimizer state inside one compiled
+    program (eager initialisation would compile every init op separately)."""
+    if spec.key in _INIT_CACHE:
+        return _INIT_CACHE[spec.key]
+
+    def run(seed_key: jax.Array) -> dict[str, Any]:
+        TRACE_COUNTS["init"] += 1
+        params = nnx.state(build(seed_key), nnx.Param)
+        state = {"params": params, "opt": spec.tx.init(params), "step": jnp.zeros((), jnp.int32)}
+        if spec.ema:
+            state["ema"] = jax.tree.map(jnp.copy, params)
+        return state
+
+    fn = jax.jit(run, out_shardings=sharding)
+    _INIT_CACHE[spec.key] = fn
+    return fn
+
+
+def chunk_fn(spec: StepSpec, length: int, host_data: bool) -> Callable[..., Any]:
+    """``f(state, hp, arrays, key, batches) -> (state, metrics[length])``, compiled once per
+    static signature. ``batches`` is ``[length, B, ...]`` host data, or None for device-side
+    sampling. The state argument is donated."""
+    cache_key = (spec.key, length, host_data)
+    if cache_key in _CHUNK_CACHE:
+        return _CHUNK_CACHE[cache_key]
+
+    def run(state: Any, hp: Any, arrays: Any, key: jax.Array, batches: Any) -> Any:
+        TRACE_COUNTS["train_chunk"] += 1
+
+        def body(carry: Any, batch: Any) -> Any:
+            return _train_step(spec, carry, hp, arrays, key, batch)
+
+        return jax.lax.scan(body, state, batches, length=length)
+
+    fn = jax.jit(run, donate_argnums=(0,))
+    _CHUNK_CACHE[cache_key] = fn
+    return fn
+
+
+def eval_fn(spec: StepSpec) -> Callable[[Any, Any], jax.Array]:
+    """``f(params, eval_batches[n, b, ...]) -> mean eval loss``, compiled once per spec."""
+    if spec.key in _EVAL_CACHE:
+        return _EVAL_CACHE[spec.key]
+
+    def run(params: Any, batches: Any) -> jax.Array:
+        TRACE_COUNTS["eval"] += 1
+        model = nnx.merge(spec.graphdef, params)
+        losses = jax.lax.map(
+            lambda b: model.loss(b, train=False, positions=spec.eval_positions), batches
+        )
+        return jnp.mean(losses)
+
+    fn = jax.jit(run)
+    _EVAL_CACHE[spec.key] = fn
+    return fn

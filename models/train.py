@@ -1,0 +1,369 @@
+"""The step-based training loop: `train(cfg, reporter)`.
+
+Read top to bottom: validate and plan → build state (or resume it from the latest
+checkpoint) → evaluate at step 0 → run compiled chunks of steps up to the next event
+(log, eval, checkpoint, horizon) → log / evaluate / check the target and divergence /
+checkpoint → final status. Every record goes to the reporter keyed by optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from models import checkpoint, nets
+from models.batching import AXIS, make_mesh, replicated
+from models.config import TrainerConfig
+from models.optim import make_optimizer
+from models.plan import RunPlan, describe, prepare
+from models.reporter import Action, NullReporter, Reporter
+from models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
+
+Progress = Callable[[int, int, dict[str, Any]], None]
+
+
+def configure_compile_cache(directory: str) -> None:
+    """Turn on JAX's persistent compilation cache (every program cached, however small)."""
+    if not directory:
+        return
+    path = os.path.expanduser(directory)
+    os.makedirs(path, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+@dataclass
+class LoopState:
+    """Host-side state of the loop; saved in every checkpoint so a resume is exact."""
+
+    step: int = 0
+    wall_s: float = 0.0
+    initial_loss: float | None = None
+    best_eval_loss: float | None = None
+    last_eval_loss: float | None = None
+    last_eval_step: int | None = None
+    steps_to_target: int | None = None
+    steps_to_target_interp: float | None = None
+    # per-step values accumulated since the last log
+    pending: dict[str, list[float]] = field(default_factory=dict)
+    last_log_step: int = 0
+    last_log_wall: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form (for checkpoints)."""
+        return dict(self.__dict__)
+
+
+def _interpolated_crossing(s0: int, l0: float, s1: int, l1: float, target: float) -> float:
+    """Step at which the eval loss crosses ``target``, interpolating log(loss) linearly in
+    step between the evaluations at ``s0`` (≥ target) and ``s1`` (< target)."""
+    if l0 > 0 and l1 > 0 and l0 != l1:
+        frac = (math.log(l0) - math.log(target)) / (math.log(l0) - math.log(l1))
+    elif l0 != l1:
+        frac = (l0 - target) / (l0 - l1)
+    else:
+        frac = 1.0
+    return s0 + min(max(frac, 0.0), 1.0) * (s1 - s0)
+
+
+class Trainer:
+    """One training run. Use `train()`; the class only keeps the loop's pieces together."""
+
+    def __init__(
+        self, plan: RunPlan, run_dir: Path | None, reporter: Reporter, progress: Progress | None
+    ):
+        self.plan = plan
+        self.cfg: TrainerConfig = plan.cfg
+        self.run_dir = run_dir
+        self.reporter = reporter
+        self.progress = progress
+        self.ckpt_dir = run_dir / "checkpoints" if run_dir is not None else None
+        t = self.cfg.train
+        self.mesh = make_mesh(plan.batch.devices)
+        self.repl = replicated(self.mesh)
+        self.host_data = not plan.source.device_side
+        self.noise = t.noise_scale or plan.batch.noise_scale_free
+        self.spec = self._spec()
+        self.hp = jax.device_put(
+            {k: np.float32(v) for k, v in plan.hyperparams().items()}, self.repl
+        )
+        self.key = jax.device_put(
+            jax.random.fold_in(jax.random.PRNGKey(t.seed), DATA_STREAM), self.repl
+        )
+        self.arrays = jax.device_put(plan.source.device_arrays(), self.repl)
+        self.eval_batches = self._eval_batches()
+
+    # ----------------------------------------------------------------- setup
+    def _spec(self) -> StepSpec:
+        cfg, plan = self.cfg, self.plan
+        abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, plan.info, nnx.Rngs(0)))
+        graphdef, _ = nnx.split(abstract)
+        return StepSpec(
+            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}",
+            graphdef=graphdef,
+            tx=make_optimizer(cfg.optimizer),
+            optimizer=cfg.optimizer.name,
+            schedule=cfg.schedule.name,
+            plan=plan.batch,
+            mesh=self.mesh,
+            sample=None if self.host_data else plan.source.sample,
+            ema=cfg.train.ema_decay > 0,
+            noise_scale=self.noise,
+            eval_positions=cfg.train.eval_positions,
+        )
+
+    def _eval_batches(self) -> Any:
+        eval_set = self.plan.source.eval_set()
+        eb = self.cfg.data.eval_batch
+        batches = jax.tree.map(lambda x: x.reshape((-1, eb, *x.shape[1:])), eval_set)
+        spread = eb % self.plan.batch.devices == 0
+        sharding = (
+            jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, AXIS))
+            if spread
+            else self.repl
+        )
+        return jax.device_put(batches, sharding)
+
+    def _init_state(self) -> dict[str, Any]:
+        cfg, plan = self.cfg, self.plan
+
+        def build(seed_key: jax.Array) -> nnx.Module:
+            return nets.build_model(cfg.model, plan.info, nnx.Rngs(params=seed_key))
+
+        return init_fn(self.spec, build, self.repl)(jax.random.PRNGKey(cfg.train.seed))
+
+    # ------------------------------------------------------------- the loop
+    def _evaluate(self, state: dict[str, Any]) -> float:
+        params = state["ema"] if self.spec.ema else state["params"]
+        return float(eval_fn(self.spec)(params, self.eval_batches))
+
+    def _next_event(self, step: int) -> int:
+        t = self.cfg.train
+        cadences = [t.log_every, t.eval_every] + (
+            [t.checkpoint_every] if t.checkpoint_every else []
+        )
+        nxt = min((step // c + 1) * c for c in cadences)
+        return min(nxt, self.plan.horizon)
+
+    def _host_batches(self, start: int, length: int) -> Any:
+        src, seed, b = self.plan.source, self.cfg.train.seed, self.plan.batch.global_batch
+        per_step = [src.host_batch(seed, s, b) for s in range(start, start + length)]
+        stacked = jax.tree.map(lambda *xs: np.stack(xs), *per_step)
+        sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, AXIS))
+        return jax.device_put(stacked, sharding)
+
+    def _save(self, state: dict[str, Any], loop: LoopState, now: float) -> None:
+        if self.ckpt_dir is None:
+            return
+        loop.wall_s = now
+        checkpoint.save(
+            self.ckpt_dir, loop.step, state, loop.to_json(), self.cfg.train.keep_checkpoints
+        )
+
+    def _restore(self, state: dict[str, Any]) -> tuple[dict[str, Any], LoopState]:
+        steps = (
+            checkpoint.list_steps(self.ckpt_dir) if self.ckpt_dir and self.cfg.train.resume else []
+        )
+        if not steps:
+            return state, LoopState()
+        state, host = checkpoint.restore(self.ckpt_dir, steps[-1], state)
+        return state, LoopState(**host)
+
+    def _log_record(self, loop: LoopState, last: dict[str, float], now: float) -> dict[str, Any]:
+        p = self.plan
+        pend = loop.pending
+        rec: dict[str, Any] = {
+            "train_loss": float(np.mean(pend["loss"])),
+            "lr": last["lr"],
+            "grad_norm": float(np.mean(pend["grad_norm"])),
+            "update_norm": float(np.mean(pend["update_norm"])),
+            "param_norm": last["param_norm"],
+        }
+        if self.noise:
+            g2, tr = float(np.sum(pend["ns_g2"])), float(np.sum(pend["ns_trace"]))
+            rec["noise_scale"] = tr / g2 if g2 > 0 else float("nan")
+        steps = loop.step - loop.last_log_step
+        elapsed = now - loop.last_log_wall
+        rec.update(
+            tokens=loop.step * p.tokens_per_step,
+            examples=loop.step * p.examples_per_step,
+            wall_s=round(now, 4),
+            steps_per_s=round(steps / elapsed, 3) if elapsed > 0 else None,
+        )
+        loop.pending = {}
+        loop.last_log_step, loop.last_log_wall = loop.step, now
+        return rec
+
+    def _eval_record(self, loop: LoopState, loss: float) -> dict[str, Any]:
+        rec: dict[str, Any] = {"eval_loss": loss}
+        target = self.cfg.train.target_loss
+        if math.isfinite(loss):
+            if loop.best_eval_loss is None or loss < loop.best_eval_loss:
+                loop.best_eval_loss = loss
+            if target is not None and loop.steps_to_target is None and loss < target:
+                loop.steps_to_target = loop.step
+                prev_s, prev_l = loop.last_eval_step, loop.last_eval_loss
+                loop.steps_to_target_interp = (
+                    _interpolated_crossing(prev_s, prev_l, loop.step, loss, target)
+                    if prev_s is not None and prev_l is not None
+                    else float(loop.step)
+                )
+        loop.last_eval_loss, loop.last_eval_step = loss, loop.step
+        return rec
+
+    def _diverged_at(self, losses: np.ndarray, initial: float | None) -> int | None:
+        """Index of the first step whose loss is non-finite or above the divergence limit."""
+        bad = ~np.isfinite(losses)
+        if initial is not None and initial > 0:
+            bad |= losses > self.cfg.train.divergence_factor * initial
+        idx = np.flatnonzero(bad)
+        return int(idx[0]) if idx.size else None
+
+    def run(self) -> dict[str, Any]:
+        """Train to the horizon (or a stop), reporting by step; returns the final status."""
+        t, plan = self.cfg.train, self.plan
+        state, loop = self._restore(self._init_state())
+        clock0 = time.perf_counter() - loop.wall_s
+        self.reporter.begin(loop.step)
+        final_state, reason = "running", None
+        diverged_step = None
+        if loop.step == 0:
+            loss0 = self._evaluate(state)
+            loop.initial_loss = loss0 if math.isfinite(loss0) else None
+            rec = self._eval_record(loop, loss0)
+            rec.update(tokens=0, examples=0, wall_s=round(time.perf_counter() - clock0, 4))
+            self.reporter.report(0, rec)
+        try:
+            while loop.step < plan.horizon and final_state == "running":
+                start = loop.step
+                end = self._next_event(start)
+                length = end - start
+                batches = self._host_batches(start, length) if self.host_data else None
+                fn = chunk_fn(self.spec, length, self.host_data)
+                state, metrics = fn(state, self.hp, self.arrays, self.key, batches)
+                metrics = {
+                    k: np.asarray(v, dtype=np.float64) for k, v in jax.device_get(metrics).items()
+                }
+                bad = self._diverged_at(metrics["loss"], loop.initial_loss)
+                if bad is not None:
+                    metrics = {k: v[: bad + 1] for k, v in metrics.items()}
+                    end = start + bad + 1
+                for k, v in metrics.items():
+                    loop.pending.setdefault(k, []).extend(v.tolist())
+                loop.step = end
+                now = time.perf_counter() - clock0
+                last = {k: float(v[-1]) for k, v in metrics.items()}
+                if bad is not None:
+                    final_state, reason, diverged_step = "diverged", "loss diverged", end
+                    self.reporter.report(end, self._log_record(loop, last, now))
+                    break
+                action = self._events(state, loop, last, now)
+                if self.progress is not None:
+                    self.progress(
+                        loop.step, plan.horizon, {"loss": last["loss"], "eval": loop.last_eval_loss}
+                    )
+                if action is Action.PRUNE:
+                    final_state, reason = "pruned", "pruned by the reporter"
+                elif action is Action.STOP:
+                    final_state, reason = "complete", "stopped by the reporter"
+                elif loop.last_eval_loss is not None and not math.isfinite(loop.last_eval_loss):
+                    final_state, reason, diverged_step = (
+                        "diverged",
+                        "eval loss is not finite",
+                        loop.step,
+                    )
+                elif t.stop_at_target and loop.steps_to_target is not None:
+                    final_state, reason = "complete", "target reached"
+        except KeyboardInterrupt:
+            # The state after the last finished chunk is consistent: keep it and let the
+            # next run of the same command resume from it.
+            self._save(state, loop, time.perf_counter() - clock0)
+            raise
+        if final_state == "running":
+            final_state, reason = "complete", "horizon reached"
+        now = time.perf_counter() - clock0
+        if final_state != "diverged" and loop.last_eval_step != loop.step:
+            rec = self._eval_record(loop, self._evaluate(state))
+            rec.update(
+                tokens=loop.step * plan.tokens_per_step,
+                examples=loop.step * plan.examples_per_step,
+                wall_s=round(now, 4),
+            )
+            self.reporter.report(loop.step, rec)
+        if final_state != "diverged":
+            self._save(state, loop, now)
+        status = self._status(loop, final_state, reason, diverged_step, now)
+        self.reporter.finish(status)
+        return status
+
+    def _events(
+        self, state: dict[str, Any], loop: LoopState, last: dict[str, float], now: float
+    ) -> Action:
+        """Log, evaluate and checkpoint as the cadences say at ``loop.step``."""
+        t, step = self.cfg.train, loop.step
+        at_end = step == self.plan.horizon
+        rec: dict[str, Any] = {}
+        if step % t.log_every == 0 or at_end:
+            rec.update(self._log_record(loop, last, now))
+        if step % t.eval_every == 0 or at_end:
+            eval_rec = self._eval_record(loop, self._evaluate(state))
+            rec.update(eval_rec)
+            rec.setdefault("tokens", step * self.plan.tokens_per_step)
+            rec.setdefault("examples", step * self.plan.examples_per_step)
+            rec.setdefault("wall_s", round(now, 4))
+        action = self.reporter.report(step, rec) if rec else Action.CONTINUE
+        if t.checkpoint_every and step % t.checkpoint_every == 0 and not at_end:
+            self._save(state, loop, now)
+        return action
+
+    def _status(
+        self, loop: LoopState, state: str, reason: str | None, diverged_step: int | None, now: float
+    ) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "state": state,
+            "reason": reason,
+            "steps_done": loop.step,
+            "horizon_steps": p.horizon,
+            "steps_to_target": loop.steps_to_target,
+            "steps_to_target_interp": loop.steps_to_target_interp,
+            "target_loss": self.cfg.train.target_loss,
+            "best_eval_loss": loop.best_eval_loss,
+            "final_eval_loss": loop.last_eval_loss if state != "diverged" else None,
+            "diverged_step": diverged_step,
+            "params": p.n_params,
+            "tokens_done": loop.step * p.tokens_per_step,
+            "examples_done": loop.step * p.examples_per_step,
+            "flops_done": loop.step * p.flops_per_step,
+            "wall_s": round(now, 4),
+            **{k: v for k, v in describe(p).items() if k not in ("horizon_steps",)},
+        }
+
+
+def train(
+    cfg: TrainerConfig,
+    reporter: Reporter | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+    plan: RunPlan | None = None,
+) -> dict[str, Any]:
+    """Run one training run to its horizon (or target, divergence, prune) and return its
+    final status. ``run_dir`` holds checkpoints (none are written without it); the default
+    reporter is in-memory — pass `JsonlReporter(run_dir)` for the files of DESIGN.md §3.
+    Raises `ConfigError` on bad input before any compute."""
+    plan = plan or prepare(cfg)
+    configure_compile_cache(cfg.train.compile_cache_dir)
+    trainer = Trainer(
+        plan, Path(run_dir) if run_dir is not None else None, reporter or NullReporter(), progress
+    )
+    return trainer.run()

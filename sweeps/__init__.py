@@ -1,0 +1,1 @@
+"""The orchestrator: CLI, config schema and validation, studies, launchers."""

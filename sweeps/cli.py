@@ -1,0 +1,95 @@
+"""The `sweep` command line. Machine-readable output on stdout, progress on stderr.
+
+Exit codes: 0 success; 2 bad input (config, override, usage, unreadable file) with a
+message and no traceback; 130 on Ctrl-C after saving state; 1 internal or environment
+error with a clear message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+
+from sweeps.compose import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 as well; keep its message short
+        self.print_usage(sys.stderr)
+        print(f"sweep: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    parser = _Parser(
+        prog="sweep", description="Batch-size / learning-rate scaling studies, counted in steps."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    train = sub.add_parser("train", help="one training run at fixed values")
+    train.add_argument("overrides", nargs="*", help="conf=NAME and key=value overrides")
+    train.add_argument(
+        "--config-dir", help="an extra directory of configs (its conf/ group adds presets)"
+    )
+    train.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+
+    lst = sub.add_parser("list", help="list built-in and --config-dir presets")
+    lst.add_argument("--config-dir")
+
+    try:
+        from analysis.fit_cli import add_fit_commands
+    except ImportError:  # analysis not available in a trimmed install
+        pass
+    else:
+        add_fit_commands(sub)
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "train":
+        from sweeps.train_cmd import run_train
+
+        return run_train(args.overrides, args.config_dir, args.cfg)
+    if args.command == "list":
+        from sweeps.listing import print_presets
+
+        return print_presets(args.config_dir)
+    if args.command == "fit":
+        import json
+
+        from analysis.fit_cli import FitInputError, run_fit
+
+        try:
+            result = run_fit(args)
+        except FitInputError as exc:
+            raise UsageError(str(exc)) from None
+        print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
+        return 0
+    raise UsageError(f"unknown command {args.command}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `sweep` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sweep: interrupted; state saved — run the same command to resume", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            print(
+                f"sweep: error: disk full ({exc.filename or ''}); nothing saved was lost",
+                file=sys.stderr,
+            )
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""`sweep train conf=NAME [overrides]`: one training run at fixed values.
+
+Writes ``runs/<name>-train/`` (or ``run_dir=``): ``config.yaml``, ``metrics.jsonl``,
+``status.json`` and ``checkpoints/``; prints the final status as JSON on stdout.
+Re-running the same command resumes from the latest checkpoint; a run dir holding a
+different configuration is refused (exit 2) unless ``train.resume=false``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from sweeps.compose import UsageError, compose_config, to_object
+from sweeps.progress import StepProgress
+
+
+def default_run_dir(name: str) -> Path:
+    """``runs/<name>-train`` under the working directory."""
+    return Path("runs") / f"{name}-train"
+
+
+def _check_run_dir(run_dir: Path, config_yaml: str, resume: bool) -> None:
+    saved = run_dir / "config.yaml"
+    if not saved.exists():
+        return
+    if not resume:
+        for stale in ("checkpoints", "metrics.jsonl", "status.json"):
+            path = run_dir / stale
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        return
+    old = OmegaConf.to_container(OmegaConf.create(saved.read_text()))
+    new = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    old.get("train", {}).pop("resume", None)
+    new.get("train", {}).pop("resume", None)
+    if old != new:
+        diff = sorted(_diff_keys(old, new))
+        raise UsageError(
+            f"{run_dir} holds a run with a different configuration (differs at: {', '.join(diff)}). "
+            "Re-run with the same settings to resume it, pass run_dir=… for a new run, "
+            "or train.resume=false to start this one over."
+        )
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = set(a) | set(b)
+        return [k for key in keys for k in _diff_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> int:
+    """Compose, validate, train and print the final status; returns the exit code."""
+    cfg, choices = compose_config(overrides, config_dir)
+    if cfg.name is None:
+        cfg.name = choices["conf"]
+    if print_cfg:
+        print(OmegaConf.to_yaml(cfg), end="")
+        return 0
+    trainer_cfg = to_object(cfg)
+
+    from models.errors import ConfigError  # heavy imports only once the config composed
+    from models.plan import prepare
+    from models.reporter import JsonlReporter
+    from models.train import train
+
+    try:
+        plan = prepare(trainer_cfg)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    run_dir = (
+        Path(trainer_cfg.run_dir) if trainer_cfg.run_dir else default_run_dir(trainer_cfg.name)
+    )
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    _check_run_dir(run_dir, config_yaml, trainer_cfg.train.resume)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(config_yaml)
+    except OSError as exc:
+        raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
+    with StepProgress(trainer_cfg.name) as progress:
+        status = train(
+            trainer_cfg, JsonlReporter(run_dir), run_dir=run_dir, progress=progress, plan=plan
+        )
+    print(f"run dir: {run_dir}", file=sys.stderr)
+    print(json.dumps(json.loads((run_dir / "status.json").read_text()), indent=2, sort_keys=True))
+    return 0 if status["state"] in ("complete", "diverged", "pruned") else 1

@@ -1,0 +1,22 @@
+"""Test-session setup: four fake CPU devices (multi-device code runs on CPU) and a
+compilation cache private to the session, set before JAX is imported anywhere."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+).strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest
+
+_CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
+
+
+@pytest.fixture
+def compile_cache() -> str:
+    """A persistent compilation cache directory shared by the tests of this session."""
+    return _CACHE
