@@ -178,6 +178,19 @@ def _check_target(cfg: TrainerConfig, info: DataInfo) -> None:
         )
 
 
+def _check_eval_positions(cfg: TrainerConfig, info: DataInfo) -> None:
+    positions = cfg.train.eval_positions
+    if positions is None:
+        return
+    if info.kind != "lm":
+        raise ConfigError("train.eval_positions", "applies to language models only; leave it unset")
+    if positions > (info.seq_len or 0):
+        raise ConfigError(
+            "train.eval_positions",
+            f"must be at most data.seq_len = {info.seq_len}, got {positions}",
+        )
+
+
 def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
     """Only what shapes or selects the compiled program; runtime values are left out."""
     data = dataclasses.asdict(cfg.data)
@@ -204,6 +217,7 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
     source = build_source(cfg.data, nqm_dim=cfg.model.dim)
     info = source.info
     nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
+    _check_eval_positions(cfg, info)
     batch = plan_batch(
         cfg.data.global_batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
     )

@@ -1,0 +1,203 @@
+"""How much does `models.train` cost over a minimal hand-written training loop?
+
+For the `tiny` and `small` GPT presets on the Markov source, both loops train the same
+model with the same batch, optimizer and schedule, sampling batches on device, and run the
+same evaluations on the same held-out set. `models.train` additionally logs every
+`log_every` steps (metrics, progress), checkpoints every `checkpoint_every` steps and at
+the end, and writes metrics.jsonl/status.json. Both are timed warm (programs compiled),
+whole runs including initialisation and evaluations.
+
+Then compile time: a fresh process runs a short training with an empty persistent
+compilation cache (cold), then again with the cache filled (warm).
+
+Ends with one JSON line: steps/s of both loops, their ratio (target ≥ 0.90 on CPU), and
+the cold / warm time to a finished short run.
+
+    python benchmarks/trainer_overhead.py [--steps-tiny 400] [--steps-small 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from models import nets
+from models.config import TrainerConfig
+from models.data import build_source
+from models.reporter import JsonlReporter
+from models.train import train
+
+LOG_EVERY, EVAL_EVERY, CHECKPOINT_EVERY = 10, 50, 100
+
+
+def demo_config(size: str, steps: int) -> TrainerConfig:
+    """The trainer config both loops reproduce."""
+    cfg = TrainerConfig(name=f"bench-{size}")
+    cfg.model.size = size
+    cfg.data.vocab_size = 64
+    cfg.data.seq_len = 64 if size == "tiny" else 128
+    cfg.data.global_batch = 32
+    cfg.data.eval_examples = 128
+    cfg.data.eval_batch = 64
+    cfg.optimizer.lr = 3e-3
+    cfg.schedule.warmup_steps = 20
+    cfg.train.max_steps = steps
+    cfg.train.log_every = LOG_EVERY
+    cfg.train.eval_every = EVAL_EVERY
+    cfg.train.checkpoint_every = CHECKPOINT_EVERY
+    cfg.train.devices = 1
+    cfg.train.compile_cache_dir = ""
+    return cfg
+
+
+def time_trainer(cfg: TrainerConfig) -> float:
+    """Wall seconds of a warm `models.train` run (compiled programs reused)."""
+    with tempfile.TemporaryDirectory() as warmup_dir:
+        train(cfg, JsonlReporter(warmup_dir), run_dir=warmup_dir)
+    with tempfile.TemporaryDirectory() as run_dir:
+        start = time.perf_counter()
+        train(cfg, JsonlReporter(run_dir), run_dir=run_dir)
+        return time.perf_counter() - start
+
+
+def hand_written_loop(cfg: TrainerConfig) -> Any:
+    """A minimal jitted lax.scan loop: same model, data, optimizer, warmup and evaluations."""
+    source = build_source(cfg.data)
+    info = source.info
+    tables = {k: jnp.asarray(v) for k, v in source.device_arrays().items()}
+    eval_set = jnp.asarray(source.eval_set()["tokens"]).reshape(
+        -1, cfg.data.eval_batch, cfg.data.seq_len + 1
+    )
+    schedule = optax.linear_schedule(0.0, cfg.optimizer.lr, cfg.schedule.warmup_steps)
+    tx = optax.adamw(
+        schedule, b1=cfg.optimizer.b1, b2=cfg.optimizer.b2, eps=cfg.optimizer.eps, weight_decay=0.0
+    )
+    batch = cfg.data.global_batch
+
+    def init(key: jax.Array) -> Any:
+        model = nets.build_model(cfg.model, info, nnx.Rngs(params=key))
+        graphdef, params = nnx.split(model)
+        return graphdef, params
+
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: nets.build_model(cfg.model, info, nnx.Rngs(0))))
+    init_params = jax.jit(lambda k: init(k)[1])
+
+    def loss_fn(params: Any, tokens: Any) -> jax.Array:
+        return nnx.merge(graphdef, params).loss(tokens, train=True)
+
+    @jax.jit
+    def run_chunk(params: Any, opt_state: Any, step0: jax.Array, key: jax.Array) -> Any:
+        def body(carry: Any, i: jax.Array) -> Any:
+            p, o = carry
+            b = source.sample(tables, jax.random.fold_in(key, step0 + i), batch)
+            loss, g = jax.value_and_grad(loss_fn)(p, b)
+            u, o = tx.update(g, o, p)
+            return (optax.apply_updates(p, u), o), loss
+
+        (params, opt_state), losses = jax.lax.scan(
+            body, (params, opt_state), jnp.arange(EVAL_EVERY)
+        )
+        return params, opt_state, losses
+
+    @jax.jit
+    def evaluate(params: Any) -> jax.Array:
+        model = nnx.merge(graphdef, params)
+        return jnp.mean(jax.lax.map(lambda t: model.loss({"tokens": t}, train=False), eval_set))
+
+    def run() -> float:
+        key = jax.random.PRNGKey(0)
+        params = init_params(key)
+        opt_state = tx.init(params)
+        last = float(evaluate(params))
+        for step0 in range(0, cfg.train.max_steps, EVAL_EVERY):
+            params, opt_state, _ = run_chunk(params, opt_state, jnp.int32(step0), key)
+            last = float(evaluate(params))
+        return last
+
+    return run
+
+
+def time_baseline(cfg: TrainerConfig) -> float:
+    """Wall seconds of a warm hand-written run."""
+    run = hand_written_loop(cfg)
+    run()
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+_COLD_SCRIPT = """
+import sys, time
+start = time.perf_counter()
+from benchmarks.trainer_overhead import demo_config
+from models.reporter import NullReporter
+from models.train import train
+cfg = demo_config("tiny", 10)
+cfg.train.compile_cache_dir = sys.argv[1]
+imported = time.perf_counter()
+train(cfg, NullReporter())
+print(f"{imported - start:.3f} {time.perf_counter() - imported:.3f}")
+"""
+
+
+def compile_times() -> dict[str, float]:
+    """Seconds for a fresh process to import and finish a 10-step run: empty cache, then filled."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as cache:
+        for label in ("cold", "warm_cache"):
+            start = time.perf_counter()
+            res = subprocess.run(
+                [sys.executable, "-c", _COLD_SCRIPT, cache],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            total = time.perf_counter() - start
+            imports, run = (float(x) for x in res.stdout.split())
+            out[f"{label}_process_s"] = round(total, 2)
+            out[f"{label}_train_call_s"] = round(run, 2)
+            out.setdefault("import_s", round(imports, 2))
+    return out
+
+
+def main() -> None:
+    """Run both loops on both presets and print the results, the last line as JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps-tiny", type=int, default=400)
+    parser.add_argument("--steps-small", type=int, default=200)
+    args = parser.parse_args()
+    result: dict[str, Any] = {"devices": str(jax.devices()[0].platform)}
+    for size, steps in (("tiny", args.steps_tiny), ("small", args.steps_small)):
+        cfg = demo_config(size, steps)
+        trainer_s = time_trainer(cfg)
+        baseline_s = time_baseline(cfg)
+        row = {
+            "steps": steps,
+            "params": nets.count_params(cfg.model, build_source(cfg.data).info),
+            "trainer_steps_per_s": round(steps / trainer_s, 2),
+            "baseline_steps_per_s": round(steps / baseline_s, 2),
+            "ratio": round(baseline_s / trainer_s, 3),
+        }
+        print(f"{size}: {row}", file=sys.stderr)
+        result[size] = row
+    result |= compile_times()
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
