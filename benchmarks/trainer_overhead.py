@@ -5,7 +5,7 @@ model with the same batch, optimizer and schedule, sampling batches on device, a
 same evaluations on the same held-out set. `models.train` additionally logs every
 `log_every` steps (metrics, progress), checkpoints every `checkpoint_every` steps and at
 the end, and writes metrics.jsonl/status.json. Both are timed warm (programs compiled),
-whole runs including initialisation and evaluations.
+whole runs including initialisation and evaluations, best of a few interleaved repeats.
 
 Then compile time: a fresh process runs a short training with an empty persistent
 compilation cache (cold), then again with the cache filled (warm).
@@ -63,9 +63,7 @@ def demo_config(size: str, steps: int) -> TrainerConfig:
 
 
 def time_trainer(cfg: TrainerConfig) -> float:
-    """Wall seconds of a warm `models.train` run (compiled programs reused)."""
-    with tempfile.TemporaryDirectory() as warmup_dir:
-        train(cfg, JsonlReporter(warmup_dir), run_dir=warmup_dir)
+    """Wall seconds of one `models.train` run writing its files to a fresh run dir."""
     with tempfile.TemporaryDirectory() as run_dir:
         start = time.perf_counter()
         train(cfg, JsonlReporter(run_dir), run_dir=run_dir)
@@ -129,13 +127,19 @@ def hand_written_loop(cfg: TrainerConfig) -> Any:
     return run
 
 
-def time_baseline(cfg: TrainerConfig) -> float:
-    """Wall seconds of a warm hand-written run."""
-    run = hand_written_loop(cfg)
-    run()
-    start = time.perf_counter()
-    run()
-    return time.perf_counter() - start
+def time_both(cfg: TrainerConfig, repeats: int) -> tuple[float, float]:
+    """Best-of-``repeats`` warm wall seconds of (trainer, hand-written loop), interleaved so
+    that load from elsewhere on the machine hits both alike."""
+    baseline = hand_written_loop(cfg)
+    baseline()  # compile
+    time_trainer(cfg)  # compile
+    trainer_s, baseline_s = [], []
+    for _ in range(repeats):
+        trainer_s.append(time_trainer(cfg))
+        start = time.perf_counter()
+        baseline()
+        baseline_s.append(time.perf_counter() - start)
+    return min(trainer_s), min(baseline_s)
 
 
 _COLD_SCRIPT = """
@@ -144,7 +148,7 @@ start = time.perf_counter()
 from benchmarks.trainer_overhead import demo_config
 from models.reporter import NullReporter
 from models.train import train
-cfg = demo_config("tiny", 10)
+cfg = demo_config("tiny", 20)
 cfg.train.compile_cache_dir = sys.argv[1]
 imported = time.perf_counter()
 train(cfg, NullReporter())
@@ -153,7 +157,7 @@ print(f"{imported - start:.3f} {time.perf_counter() - imported:.3f}")
 
 
 def compile_times() -> dict[str, float]:
-    """Seconds for a fresh process to import and finish a 10-step run: empty cache, then filled."""
+    """Seconds for a fresh process to import and finish a 20-step run: empty cache, then filled."""
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
     out: dict[str, float] = {}
@@ -180,12 +184,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps-tiny", type=int, default=400)
     parser.add_argument("--steps-small", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     result: dict[str, Any] = {"devices": str(jax.devices()[0].platform)}
     for size, steps in (("tiny", args.steps_tiny), ("small", args.steps_small)):
         cfg = demo_config(size, steps)
-        trainer_s = time_trainer(cfg)
-        baseline_s = time_baseline(cfg)
+        trainer_s, baseline_s = time_both(cfg, args.repeats)
         row = {
             "steps": steps,
             "params": nets.count_params(cfg.model, build_source(cfg.data).info),

@@ -43,10 +43,18 @@ _RUNTIME_KEYS: dict[str, dict[str, str]] = {
 }
 
 
+_NO_DECAY = ("bias", "scale", "norm", "ln_")
+
+
 def decay_mask(params: Any) -> Any:
-    """Weight decay (and LARS trust ratios) apply to matrices only, not to biases, norms or
-    one-dimensional parameters."""
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+    """Weight decay (and LARS trust ratios) apply to weight matrices and embeddings only:
+    not to biases or normalisation parameters (whatever their rank) nor to vectors."""
+
+    def decays(path: tuple[Any, ...], p: Any) -> bool:
+        name = jax.tree_util.keystr(path).lower()
+        return p.ndim >= 2 and not any(tag in name for tag in _NO_DECAY)
+
+    return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def _sgd(

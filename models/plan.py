@@ -71,13 +71,15 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
 def _positive(field: str, value: float | None, *, allow_zero: bool = False) -> None:
     if value is None:
         return
+    if not math.isfinite(value):
+        raise ConfigError(field, f"must be a finite number, got {value}")
     if value < 0 or (value == 0 and not allow_zero):
         bound = "≥ 0" if allow_zero else "> 0"
         raise ConfigError(field, f"must be {bound}, got {value}")
 
 
 def _in_unit_interval(field: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
+    if not 0.0 <= value < 1.0:  # also rejects NaN
         raise ConfigError(field, f"must lie in [0, 1), got {value}")
 
 
@@ -102,6 +104,9 @@ def _check_train(cfg: TrainerConfig) -> int:
     _positive("train.divergence_factor", t.divergence_factor)
     _positive("train.eval_positions", t.eval_positions)
     _in_unit_interval("train.ema_decay", t.ema_decay)
+    for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
+        if not 0 <= seed < 2**32:
+            raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
     _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     available = len(jax.local_devices())
@@ -158,10 +163,17 @@ def _warmup(cfg: TrainerConfig, horizon: int, examples: int, tokens: int) -> int
         raise ConfigError("schedule.final_lr_frac", f"must lie in [0, 1], got {s.final_lr_frac}")
     if not 0.0 < s.decay_frac <= 1.0:
         raise ConfigError("schedule.decay_frac", f"must lie in (0, 1], got {s.decay_frac}")
+    decay = math.ceil(s.decay_frac * horizon)
+    if s.name == "wsd" and warmup > horizon - decay:
+        raise ConfigError(
+            "schedule.warmup_steps",
+            f"wsd: warmup of {warmup} steps runs into the decay phase (the last {decay} of "
+            f"{horizon} steps); shorten the warmup or lower schedule.decay_frac",
+        )
     return warmup
 
 
-def _check_target(cfg: TrainerConfig, info: DataInfo) -> None:
+def _check_target(cfg: TrainerConfig, info: DataInfo, source: DataSource) -> None:
     target = cfg.train.target_loss
     if target is None:
         if cfg.train.stop_at_target:
@@ -170,7 +182,11 @@ def _check_target(cfg: TrainerConfig, info: DataInfo) -> None:
     if not math.isfinite(target):
         raise ConfigError("train.target_loss", f"must be a finite number, got {target}")
     floor = info.loss_floor
-    if floor is not None and target <= floor and cfg.train.eval_positions is None:
+    positions = cfg.train.eval_positions
+    if positions is not None:
+        per_position = getattr(source, "position_losses", None)
+        floor = float(per_position[:positions].mean()) if per_position is not None else None
+    if floor is not None and target <= floor:
         raise ConfigError(
             "train.target_loss",
             f"{target} is at or below the data's loss floor {floor:.4f} (no model can reach it); "
@@ -194,7 +210,9 @@ def _check_eval_positions(cfg: TrainerConfig, info: DataInfo) -> None:
 def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
     """Only what shapes or selects the compiled program; runtime values are left out."""
     data = dataclasses.asdict(cfg.data)
-    for runtime in ("seed", "path", "heldout_frac", "concentration", "temperature"):
+    # Only fields that reach the compiled step as *arrays* may be left out (the Markov and
+    # teacher tables come from seed/concentration; file data is fed from the host).
+    for runtime in ("seed", "path", "heldout_frac", "concentration"):
         data.pop(runtime, None)
     static = {
         "model": dataclasses.asdict(nets.resolve(cfg.model, info)),
@@ -226,7 +244,7 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
     horizon = _horizon(cfg, examples, tokens)
     warmup = _warmup(cfg, horizon, examples, tokens)
     decay_steps = max(1, math.ceil(cfg.schedule.decay_frac * horizon))
-    _check_target(cfg, info)
+    _check_target(cfg, info, source)
     return RunPlan(
         cfg=cfg,
         source=source,

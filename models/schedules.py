@@ -31,8 +31,10 @@ def lr_at(name: str, step: jnp.ndarray, hp: dict[str, jnp.ndarray]) -> jnp.ndarr
     ramp = _warmup_factor(step, warmup)
     if name == "warmup_constant":
         return peak * ramp
+    # Decay runs from the peak at update `warmup` towards final_lr_frac at the horizon (the
+    # last update still has a little learning rate, as in optax's decay schedules).
     span = jnp.maximum(horizon - warmup, 1.0)
-    progress = jnp.clip((step + 1.0 - warmup) / span, 0.0, 1.0)
+    progress = jnp.clip((step - warmup) / span, 0.0, 1.0)
     if name == "warmup_cosine":
         decay = final + (1.0 - final) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
     elif name == "warmup_linear":
@@ -40,8 +42,8 @@ def lr_at(name: str, step: jnp.ndarray, hp: dict[str, jnp.ndarray]) -> jnp.ndarr
     elif name == "wsd":
         decay_steps = jnp.maximum(hp["decay_steps"], 1.0)
         start = horizon - decay_steps
-        frac = jnp.clip((step + 1.0 - start) / decay_steps, 0.0, 1.0)
-        decay = jnp.where(step + 1.0 > start, final + (1.0 - final) * (1.0 - frac), 1.0)
+        frac = jnp.clip((step - start) / decay_steps, 0.0, 1.0)
+        decay = final + (1.0 - final) * (1.0 - frac)
     else:
         raise ValueError(f"unknown schedule {name!r}")
-    return peak * jnp.where(step + 1.0 <= warmup, ramp, decay)
+    return peak * jnp.where(step < warmup, ramp, decay)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from flax import nnx
 from models import checkpoint, nets
 from models.batching import AXIS, make_mesh, replicated
 from models.config import TrainerConfig
+from models.errors import ConfigError
 from models.optim import make_optimizer
 from models.plan import RunPlan, describe, prepare
 from models.reporter import Action, NullReporter, Reporter
@@ -36,7 +39,12 @@ def configure_compile_cache(directory: str) -> None:
     if not directory:
         return
     path = os.path.expanduser(directory)
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            "train.compile_cache_dir", f"cannot create {path}: {exc.strerror}"
+        ) from None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
@@ -58,10 +66,43 @@ class LoopState:
     pending: dict[str, list[float]] = field(default_factory=dict)
     last_log_step: int = 0
     last_log_wall: float = 0.0
+    final: dict[str, Any] | None = None  # the status, once the run has ended
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for checkpoints)."""
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How and why a run ended."""
+
+    state: str  # complete | pruned | diverged
+    reason: str
+    diverged_step: int | None = None
+
+
+class DeferredInterrupt:
+    """Holds Ctrl-C (SIGINT) until the loop reaches a point where state and bookkeeping
+    agree; a second Ctrl-C interrupts at once. Only active in the main thread."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> DeferredInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def _interpolated_crossing(s0: int, l0: float, s1: int, l1: float, target: float) -> float:
@@ -221,101 +262,104 @@ class Trainer:
         loop.last_eval_loss, loop.last_eval_step = loss, loop.step
         return rec
 
-    def _diverged_at(self, losses: np.ndarray, initial: float | None) -> int | None:
-        """Index of the first step whose loss is non-finite or above the divergence limit."""
-        bad = ~np.isfinite(losses)
-        if initial is not None and initial > 0:
-            bad |= losses > self.cfg.train.divergence_factor * initial
-        idx = np.flatnonzero(bad)
+    def _first_non_finite(self, losses: np.ndarray) -> int | None:
+        """Index of the first step of a chunk whose training loss is not finite."""
+        idx = np.flatnonzero(~np.isfinite(losses))
         return int(idx[0]) if idx.size else None
+
+    def _ending(self, loop: LoopState, action: Action, evaluated: bool) -> Ending | None:
+        """Why the run ends at ``loop.step``, or None to go on. The divergence limit compares
+        evaluation losses with the initial evaluation (like with like: both exact, noise-free
+        where the model allows)."""
+        t = self.cfg.train
+        if action is Action.PRUNE:
+            return Ending("pruned", "pruned by the reporter")
+        if action is Action.STOP:
+            return Ending("complete", "stopped by the reporter")
+        loss = loop.last_eval_loss
+        if evaluated and loss is not None:
+            limit = t.divergence_factor * loop.initial_loss if loop.initial_loss else math.inf
+            if not math.isfinite(loss) or loss > limit:
+                return Ending("diverged", "eval loss diverged", loop.step)
+        if t.stop_at_target and loop.steps_to_target is not None:
+            return Ending("complete", "target reached")
+        if loop.step >= self.plan.horizon:
+            return Ending("complete", "horizon reached")
+        return None
 
     def run(self) -> dict[str, Any]:
         """Train to the horizon (or a stop), reporting by step; returns the final status."""
-        t, plan = self.cfg.train, self.plan
         state, loop = self._restore(self._init_state())
-        clock0 = time.perf_counter() - loop.wall_s
         self.reporter.begin(loop.step)
-        final_state, reason = "running", None
-        diverged_step = None
-        if loop.step == 0:
-            loss0 = self._evaluate(state)
-            loop.initial_loss = loss0 if math.isfinite(loss0) else None
-            rec = self._eval_record(loop, loss0)
-            rec.update(tokens=0, examples=0, wall_s=round(time.perf_counter() - clock0, 4))
-            self.reporter.report(0, rec)
-        try:
-            while loop.step < plan.horizon and final_state == "running":
-                start = loop.step
-                end = self._next_event(start)
-                length = end - start
-                batches = self._host_batches(start, length) if self.host_data else None
-                fn = chunk_fn(self.spec, length, self.host_data)
-                state, metrics = fn(state, self.hp, self.arrays, self.key, batches)
-                metrics = {
-                    k: np.asarray(v, dtype=np.float64) for k, v in jax.device_get(metrics).items()
-                }
-                bad = self._diverged_at(metrics["loss"], loop.initial_loss)
-                if bad is not None:
-                    metrics = {k: v[: bad + 1] for k, v in metrics.items()}
-                    end = start + bad + 1
-                for k, v in metrics.items():
-                    loop.pending.setdefault(k, []).extend(v.tolist())
-                loop.step = end
-                now = time.perf_counter() - clock0
-                last = {k: float(v[-1]) for k, v in metrics.items()}
-                if bad is not None:
-                    final_state, reason, diverged_step = "diverged", "loss diverged", end
-                    self.reporter.report(end, self._log_record(loop, last, now))
-                    break
-                action = self._events(state, loop, last, now)
-                if self.progress is not None:
-                    self.progress(
-                        loop.step, plan.horizon, {"loss": last["loss"], "eval": loop.last_eval_loss}
-                    )
-                if action is Action.PRUNE:
-                    final_state, reason = "pruned", "pruned by the reporter"
-                elif action is Action.STOP:
-                    final_state, reason = "complete", "stopped by the reporter"
-                elif loop.last_eval_loss is not None and not math.isfinite(loop.last_eval_loss):
-                    final_state, reason, diverged_step = (
-                        "diverged",
-                        "eval loss is not finite",
-                        loop.step,
-                    )
-                elif t.stop_at_target and loop.steps_to_target is not None:
-                    final_state, reason = "complete", "target reached"
-        except KeyboardInterrupt:
-            # The state after the last finished chunk is consistent: keep it and let the
-            # next run of the same command resume from it.
-            self._save(state, loop, time.perf_counter() - clock0)
-            raise
-        if final_state == "running":
-            final_state, reason = "complete", "horizon reached"
+        if loop.final is not None:  # this run already ended: say so again, train no more
+            self.reporter.finish(loop.final)
+            return loop.final
+        clock0 = time.perf_counter() - loop.wall_s
+        ending: Ending | None = None
+        with DeferredInterrupt() as interrupt:
+            if loop.step == 0:
+                loss0 = self._evaluate(state)
+                loop.initial_loss = loss0 if math.isfinite(loss0) and loss0 > 0 else None
+                rec = self._eval_record(loop, loss0)
+                rec.update(tokens=0, examples=0, wall_s=round(time.perf_counter() - clock0, 4))
+                ending = self._ending(loop, self.reporter.report(0, rec), evaluated=True)
+            while ending is None:
+                if interrupt.requested:
+                    # Between chunks the state and the loop agree: keep them, and let the
+                    # next run of the same command resume from here.
+                    self._save(state, loop, time.perf_counter() - clock0)
+                    raise KeyboardInterrupt
+                state, ending = self._advance(loop, state, clock0)
         now = time.perf_counter() - clock0
-        if final_state != "diverged" and loop.last_eval_step != loop.step:
-            rec = self._eval_record(loop, self._evaluate(state))
-            rec.update(
-                tokens=loop.step * plan.tokens_per_step,
-                examples=loop.step * plan.examples_per_step,
-                wall_s=round(now, 4),
-            )
-            self.reporter.report(loop.step, rec)
-        if final_state != "diverged":
-            self._save(state, loop, now)
-        status = self._status(loop, final_state, reason, diverged_step, now)
+        loop.wall_s = now
+        status = self._status(loop, ending, now)
+        loop.final = status
+        self._save(state, loop, now)
         self.reporter.finish(status)
         return status
 
+    def _advance(
+        self, loop: LoopState, state: dict[str, Any], clock0: float
+    ) -> tuple[dict[str, Any], Ending | None]:
+        """Run the compiled steps up to the next event and handle that event; returns the
+        new state (the old one is donated) and the ending, if the run ends here."""
+        start = loop.step
+        end = self._next_event(start)
+        length = end - start
+        batches = self._host_batches(start, length) if self.host_data else None
+        fn = chunk_fn(self.spec, length, self.host_data)
+        state, metrics = fn(state, self.hp, self.arrays, self.key, batches)
+        metrics = {k: np.asarray(v, dtype=np.float64) for k, v in jax.device_get(metrics).items()}
+        bad = self._first_non_finite(metrics["loss"])
+        if bad is not None:
+            metrics = {k: v[: bad + 1] for k, v in metrics.items()}
+            end = start + bad + 1
+        for k, v in metrics.items():
+            loop.pending.setdefault(k, []).extend(v.tolist())
+        loop.step = end
+        now = time.perf_counter() - clock0
+        last = {k: float(v[-1]) for k, v in metrics.items()}
+        if bad is not None:
+            self.reporter.report(end, self._log_record(loop, last, now))
+            return state, Ending("diverged", "training loss is not finite", end)
+        action, evaluated = self._events(state, loop, last, now)
+        if self.progress is not None:
+            info = {"loss": last["loss"], "eval": loop.last_eval_loss}
+            self.progress(loop.step, self.plan.horizon, info)
+        return state, self._ending(loop, action, evaluated)
+
     def _events(
         self, state: dict[str, Any], loop: LoopState, last: dict[str, float], now: float
-    ) -> Action:
-        """Log, evaluate and checkpoint as the cadences say at ``loop.step``."""
+    ) -> tuple[Action, bool]:
+        """Log, evaluate and checkpoint as the cadences say at ``loop.step``; returns the
+        reporter's answer and whether an evaluation ran."""
         t, step = self.cfg.train, loop.step
         at_end = step == self.plan.horizon
         rec: dict[str, Any] = {}
         if step % t.log_every == 0 or at_end:
             rec.update(self._log_record(loop, last, now))
-        if step % t.eval_every == 0 or at_end:
+        evaluated = step % t.eval_every == 0 or at_end
+        if evaluated:
             eval_rec = self._eval_record(loop, self._evaluate(state))
             rec.update(eval_rec)
             rec.setdefault("tokens", step * self.plan.tokens_per_step)
@@ -324,29 +368,27 @@ class Trainer:
         action = self.reporter.report(step, rec) if rec else Action.CONTINUE
         if t.checkpoint_every and step % t.checkpoint_every == 0 and not at_end:
             self._save(state, loop, now)
-        return action
+        return action, evaluated
 
-    def _status(
-        self, loop: LoopState, state: str, reason: str | None, diverged_step: int | None, now: float
-    ) -> dict[str, Any]:
+    def _status(self, loop: LoopState, ending: Ending, now: float) -> dict[str, Any]:
         p = self.plan
         return {
-            "state": state,
-            "reason": reason,
+            "state": ending.state,
+            "reason": ending.reason,
             "steps_done": loop.step,
             "horizon_steps": p.horizon,
             "steps_to_target": loop.steps_to_target,
             "steps_to_target_interp": loop.steps_to_target_interp,
             "target_loss": self.cfg.train.target_loss,
             "best_eval_loss": loop.best_eval_loss,
-            "final_eval_loss": loop.last_eval_loss if state != "diverged" else None,
-            "diverged_step": diverged_step,
+            "final_eval_loss": loop.last_eval_loss if ending.state != "diverged" else None,
+            "diverged_step": ending.diverged_step,
             "params": p.n_params,
             "tokens_done": loop.step * p.tokens_per_step,
             "examples_done": loop.step * p.examples_per_step,
             "flops_done": loop.step * p.flops_per_step,
             "wall_s": round(now, 4),
-            **{k: v for k, v in describe(p).items() if k not in ("horizon_steps",)},
+            **{k: v for k, v in describe(p).items() if k != "horizon_steps"},
         }
 
 

@@ -3,6 +3,7 @@ every composition or validation failure into a `UsageError` (exit code 2)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,33 @@ class open_struct_free:
 
 
 def to_object(cfg: DictConfig) -> Any:
-    """The typed dataclass instance of a composed config; missing or ill-typed values →
-    UsageError naming the key."""
+    """The typed dataclass instance of a composed config; missing, ill-typed or unknown
+    keys → UsageError naming the key."""
+    unknown = _unknown_keys(cfg)
+    if unknown:
+        raise UsageError(
+            f"unknown config key(s): {', '.join(unknown)} (a '+key=value' override adds a key "
+            "that nothing reads; check the spelling with --cfg)"
+        )
     try:
         return OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:
         raise UsageError(_explain(exc)) from None
+
+
+def _unknown_keys(node: Any, prefix: str = "") -> list[str]:
+    """Keys of ``node`` that its dataclass schema does not define (added with ``+``)."""
+    if not isinstance(node, DictConfig):
+        return []
+    schema = OmegaConf.get_type(node)
+    fields = set(schema.__dataclass_fields__) if dataclasses.is_dataclass(schema) else None
+    found = []
+    for key in node:
+        if fields is not None and key not in fields:
+            found.append(f"{prefix}{key}")
+        else:
+            found.extend(_unknown_keys(node._get_node(key), f"{prefix}{key}."))
+    return found
 
 
 def _explain(exc: BaseException) -> str:

@@ -25,6 +25,29 @@ def default_run_dir(name: str) -> Path:
     return Path("runs") / f"{name}-train"
 
 
+# Keys that change where or how fast a run computes, not what it computes: a run may be
+# resumed with other values of them.
+_LAYOUT_KEYS = (
+    ("run_dir",),
+    ("train", "resume"),
+    ("train", "compile_cache_dir"),
+    ("train", "devices"),
+    ("data", "max_microbatch"),
+)
+
+
+def _comparable(container: Any) -> Any:
+    if not isinstance(container, dict):
+        raise ValueError("not a mapping")
+    for path in _LAYOUT_KEYS:
+        node = container
+        for key in path[:-1]:
+            node = node.get(key, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return container
+
+
 def _check_run_dir(run_dir: Path, config_yaml: str, resume: bool) -> None:
     saved = run_dir / "config.yaml"
     if not saved.exists():
@@ -37,10 +60,14 @@ def _check_run_dir(run_dir: Path, config_yaml: str, resume: bool) -> None:
             elif path.exists():
                 path.unlink()
         return
-    old = OmegaConf.to_container(OmegaConf.create(saved.read_text()))
-    new = OmegaConf.to_container(OmegaConf.create(config_yaml))
-    old.get("train", {}).pop("resume", None)
-    new.get("train", {}).pop("resume", None)
+    try:
+        old = _comparable(OmegaConf.to_container(OmegaConf.create(saved.read_text())))
+    except Exception:  # any parse failure: the file is not ours to trust
+        raise UsageError(
+            f"{saved} is unreadable, so this run dir cannot be resumed safely; pass run_dir=… "
+            "for a new run or train.resume=false to start this one over"
+        ) from None
+    new = _comparable(OmegaConf.to_container(OmegaConf.create(config_yaml)))
     if old != new:
         diff = sorted(_diff_keys(old, new))
         raise UsageError(
@@ -70,10 +97,11 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
     from models.errors import ConfigError  # heavy imports only once the config composed
     from models.plan import prepare
     from models.reporter import JsonlReporter
-    from models.train import train
+    from models.train import configure_compile_cache, train
 
     try:
         plan = prepare(trainer_cfg)
+        configure_compile_cache(trainer_cfg.train.compile_cache_dir)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     run_dir = (

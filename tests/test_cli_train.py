@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +93,17 @@ BAD_INPUTS = {
         "train.noise_scale",
     ),
     "zero horizon": (["train.max_steps=0"], "train.max_steps"),
+    "added unknown key": (["+train.max_step=5"], "train.max_step"),
+    "negative seed": (["train.seed=-1"], "train.seed"),
+    "NaN learning rate": (["optimizer.lr=nan"], "optimizer.lr"),
+    "wsd warmup into decay": (
+        ["schedule=wsd", "schedule.warmup_steps=18"],
+        "schedule.warmup_steps",
+    ),
+    "unwritable compile cache": (
+        ["train.compile_cache_dir=/proc/stepscale"],
+        "train.compile_cache_dir",
+    ),
 }
 
 
@@ -110,6 +123,24 @@ def test_bad_input_exits_2_with_a_message(
     assert field in err, err
     assert "Traceback" not in err and out == ""
     assert not run_dir.exists()  # stopped before anything was written or computed
+
+
+def test_unreadable_saved_config_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("model: [unclosed\n")
+    code, _, err = run_cli(capsys, "train", *FAST, f"run_dir={run_dir}")
+    assert code == 2 and "unreadable" in err and "Traceback" not in err
+
+
+def test_layout_changes_still_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    assert run_cli(capsys, "train", *FAST, f"run_dir={run_dir}")[0] == 0
+    code, out, err = run_cli(capsys, "train", *FAST, "data.max_microbatch=8", f"run_dir={run_dir}/")
+    assert code == 0, err
+    assert json.loads(out)["steps_done"] == 20
 
 
 def test_malformed_token_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,3 +181,50 @@ def test_console_script_runs_from_a_directory_with_its_own_models_package(tmp_pa
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["state"] == "complete"
     assert (tmp_path / "r" / "metrics.jsonl").exists()
+
+
+def test_ctrl_c_saves_and_the_same_command_resumes(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    sweep = str(Path(sys.executable).with_name("sweep"))
+    args = [
+        "train",
+        "conf=train_smoke",
+        "train.max_steps=600",
+        "train.checkpoint_every=200",
+        "train.devices=1",
+    ]
+    args.append(f"train.compile_cache_dir={tmp_path / 'cache'}")
+    interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
+    proc = subprocess.Popen(
+        [sweep, *args, f"run_dir={interrupted}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    metrics = interrupted / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    assert json.loads((interrupted / "status.json").read_text())["state"] == "running"
+    resumed = subprocess.run(
+        [sweep, *args, f"run_dir={interrupted}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    full = subprocess.run(
+        [sweep, *args, f"run_dir={straight}"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert full.returncode == 0, full.stderr
+    assert json.loads(resumed.stdout)["steps_done"] == 600
+    a = without_wall(read_jsonl(straight / "metrics.jsonl"))
+    b = without_wall(read_jsonl(interrupted / "metrics.jsonl"))
+    assert a == b

@@ -183,3 +183,32 @@ def test_noise_scale_matches_closed_form_on_frozen_nqm() -> None:
     assert nqm_curvature(cfg.model).shape == (cfg.model.dim,)
     assert math.isfinite(estimate)
     assert abs(estimate - truth) / truth < 0.2, (estimate, truth)
+
+
+def test_a_finished_run_is_not_trained_further(tmp_path: Path) -> None:
+    cfg = tiny_nqm(
+        train__target_loss=0.5, train__eval_every=5, train__log_every=5, train__stop_at_target=True
+    )
+    first = train(cfg, JsonlReporter(tmp_path), run_dir=tmp_path)
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert first["steps_done"] < cfg.train.max_steps
+    again = train(cfg, JsonlReporter(tmp_path), run_dir=tmp_path)
+    assert again == first
+    assert read_jsonl(tmp_path / "metrics.jsonl") == records
+    steps = [r["step"] for r in records]
+    assert len(steps) == len(set(steps))  # one record per logged step
+
+
+def test_target_met_at_step_zero_stops_at_once() -> None:
+    status = train(tiny_nqm(train__target_loss=100.0, train__stop_at_target=True), NullReporter())
+    assert status["steps_to_target"] == 0 and status["steps_done"] == 0
+
+
+def test_programs_are_not_shared_across_static_data_settings() -> None:
+    from models.plan import prepare
+
+    base = dict(model__name="mlp", data__name="teacher")
+    cold = prepare(tiny_gpt(**base, data__temperature=0.05)).static_key
+    warm = prepare(tiny_gpt(**base, data__temperature=1.0)).static_key
+    other_seed = prepare(tiny_gpt(**base, data__temperature=1.0, data__seed=3)).static_key
+    assert cold != warm and warm == other_seed
