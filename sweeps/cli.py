@@ -35,6 +35,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--cfg", action="store_true", help="print the composed config and exit")
 
+    run = sub.add_parser("run", help="run, resume or extend a study")
+    run.add_argument("overrides", nargs="*", help="conf=NAME and key=value overrides")
+    run.add_argument(
+        "--config-dir", help="an extra directory of configs (its conf/ group adds studies)"
+    )
+    run.add_argument("--dry-run", action="store_true", help="print the plan and launch nothing")
+    run.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    run.add_argument("--json", action="store_true", help="machine-readable output")
+
+    status = sub.add_parser("status", help="progress of a study, a row per point")
+    status.add_argument("run_dir")
+    status.add_argument("--json", action="store_true")
+
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
     lst.add_argument("--config-dir")
 
@@ -47,11 +60,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> int:
     if args.command == "train":
         from sweeps.train_cmd import run_train
 
         return run_train(args.overrides, args.config_dir, args.cfg)
+    if args.command == "run":
+        from sweeps.run_cmd import run_study
+
+        argv = sys.argv[1:] if argv_hint is None else argv_hint
+        return run_study(
+            args.overrides,
+            args.config_dir,
+            dry_run=args.dry_run,
+            print_cfg=args.cfg,
+            as_json=args.json,
+            argv=argv,
+        )
+    if args.command == "status":
+        from sweeps.status_cmd import print_status
+
+        return print_status(args.run_dir, args.json)
     if args.command == "list":
         from sweeps.listing import print_presets
 
@@ -74,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sweep` console script."""
     args = build_parser().parse_args(argv)
     try:
-        return _dispatch(args)
+        return _dispatch(args, argv)
     except UsageError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return 2

@@ -1,10 +1,15 @@
 """The typed root config registered with Hydra's ConfigStore.
 
-For now the root is the trainer's config (`models.config.TrainerConfig`); study fields
-(scientific, nuisance, fixed, budget, …) join it with the orchestrator.
+The root is the trainer's config (`models.config.TrainerConfig`: model, data, optimizer,
+schedule, train) plus the study: scientific × nuisance × fixed parameters, budget,
+objective, sampler, pruner, launcher and storage (DESIGN.md §3). `sweep train` reads only
+the trainer part; `sweep run` reads everything.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
@@ -13,6 +18,146 @@ from models.config import TrainerConfig
 SCHEMA_NAME = "stepscale_schema"
 
 
+@dataclass
+class ScientificParam:
+    """A grid axis: every combination of the axes' values is a point."""
+
+    path: str = "???"  # trainer key, e.g. data.global_batch
+    values: list[Any] = field(default_factory=list)
+    unit: str | None = None  # e.g. sequences, tokens
+    description: str | None = None
+
+
+@dataclass
+class RangeOverride:
+    """The range of a nuisance parameter for one value of a categorical scientific axis."""
+
+    low: float | None = None
+    high: float | None = None
+    choices: list[Any] | None = None
+
+
+@dataclass
+class NuisanceParam:
+    """A hyperparameter tuned by the sampler separately at each point."""
+
+    path: str = "???"
+    type: str = "float"  # float | int | categorical
+    low: float | None = None
+    high: float | None = None
+    choices: list[Any] | None = None
+    scale: str = "linear"  # linear | log | reverse_log (log of 1 - x)
+    step: float | None = None
+    by: str | None = None  # a categorical scientific alias the range depends on
+    ranges: dict[str, RangeOverride] = field(default_factory=dict)  # value of `by` -> range
+    unit: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class FixedParam:
+    """A recorded value (also applied to the trainer config)."""
+
+    path: str = "???"
+    value: Any = None
+    unit: str | None = None
+    description: str | None = None
+
+
+@dataclass
+class BudgetConfig:
+    """How many trials per point and how long each trains (one horizon unit only)."""
+
+    trials_per_point: int = 8
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_examples: int | None = None
+    confirm_seeds: int = 0
+
+
+@dataclass
+class ObjectiveConfig:
+    """What each trial is scored by (minimised)."""
+
+    kind: str = "steps_to_target"  # steps_to_target | final_eval_loss | min_eval_loss
+    target_loss: float | None = None
+    stop_at_target: bool = False  # end trials at the target (saves compute, shortens curves)
+
+
+@dataclass
+class SamplerConfig:
+    """Optuna sampler of the nuisance values."""
+
+    name: str = "tpe"  # tpe | qmc | random | grid | gp
+    seed: int | None = None  # default: the study seed
+    n_startup_trials: int | None = None  # tpe/gp: default min(10, trials_per_point // 2)
+
+
+@dataclass
+class PrunerConfig:
+    """Optuna pruner on eval loss by step (within one point)."""
+
+    name: str = "none"  # none | median | successive_halving | hyperband
+    n_startup_trials: int = 2
+    n_warmup_steps: int = 0
+    min_resource: int | None = None  # successive_halving / hyperband, in steps
+    reduction_factor: int = 3
+
+
+@dataclass
+class LauncherConfig:
+    """How trials run: submitit executor chosen explicitly (never auto-detected)."""
+
+    name: str = "local"  # local | slurm | inline
+    timeout_min: int = 60 * 24
+    devices_per_trial: int | None = None  # local: devices (GPUs) each trial gets; None = all
+    poll_s: float = 0.5
+    # SLURM
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 60
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_task: int | None = None
+    cpus_per_task: int | None = None
+    mem_gb: float | None = None
+    constraint: str | None = None
+    array_parallelism: int = 256
+    additional: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StorageConfig:
+    """Where Optuna keeps the studies."""
+
+    name: str = "journal"  # journal | sqlite | postgres
+    url: str | None = None  # default: a file in the run dir
+    url_env: str | None = None  # environment variable holding the URL (with password)
+
+
+@dataclass
+class StudyConfig(TrainerConfig):
+    """The root config: a trainer config plus the study around it."""
+
+    trainer: str = "models.train:train"  # module:function run inside each job
+    scientific: dict[str, ScientificParam] = field(default_factory=dict)
+    nuisance: dict[str, NuisanceParam] = field(default_factory=dict)
+    fixed: dict[str, FixedParam] = field(default_factory=dict)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    parallelism: int = 1
+    seed: int = 0
+    retries: int = 1
+    keep_checkpoints: bool = False
+    heartbeat_timeout_s: float = 120.0
+    description: str | None = None
+
+
 def register() -> None:
     """Register the root schema (idempotent)."""
-    ConfigStore.instance().store(name=SCHEMA_NAME, node=TrainerConfig)
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=StudyConfig)

@@ -1,0 +1,80 @@
+"""Live progress of a study on stderr: a row per point and an overall bar in steps with
+an ETA on a terminal; plain periodic lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+class StudyProgress:
+    """Callable with the scheduler's per-point stats; a context manager."""
+
+    def __init__(self, name: str, plan: dict[str, Any], every_s: float = 15.0) -> None:
+        self.name = name
+        self.total_steps = int(plan["total_budget_steps"])
+        self.every_s = every_s
+        self.console = Console(stderr=True)
+        self.tty = sys.stderr.isatty()
+        self._live: Live | None = None
+        self._bar = Progress(
+            TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+            TimeRemainingColumn(), console=self.console,
+        )  # fmt: skip
+        self._task = self._bar.add_task(name, total=self.total_steps)
+        self._last = 0.0
+
+    def __enter__(self) -> StudyProgress:
+        if self.tty:
+            self._live = Live(console=self.console, refresh_per_second=4)
+            self._live.start()
+        return self
+
+    def _table(self, stats: list[Any]) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for col in ("point", "done", "running", "pruned", "diverged", "failed", "best", "steps"):
+            table.add_column(col, justify="left" if col == "point" else "right")
+        for st in stats:
+            c = st.counts
+            done = (
+                c.get("complete", 0)
+                + c.get("pruned", 0)
+                + c.get("diverged", 0)
+                + c.get("failed", 0)
+            )
+            best = "—" if st.best is None else f"{st.best:.5g}"
+            table.add_row(
+                st.label, f"{done}/{st.budget}", str(c.get("running", 0)), str(c.get("pruned", 0)),
+                str(c.get("diverged", 0)), str(c.get("failed", 0)), best, str(st.steps),
+            )  # fmt: skip
+        return table
+
+    def __call__(self, stats: list[Any]) -> None:
+        steps = sum(st.steps for st in stats)
+        self._bar.update(self._task, completed=min(steps, self.total_steps))
+        if self._live is not None:
+            self._live.update(Group(self._table(stats), self._bar))
+            return
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        done = sum(sum(v for k, v in st.counts.items() if k != "running") for st in stats)
+        running = sum(st.counts.get("running", 0) for st in stats)
+        budget = sum(st.budget for st in stats)
+        print(
+            f"{self.name}: {done}/{budget} trials done, {running} running, "
+            f"{steps}/{self.total_steps} steps",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()

@@ -1,0 +1,91 @@
+"""Liveness of trials: who is working on a trial, and is it still alive?
+
+Two heartbeat files live in a trial folder: ``heartbeat.job`` (written by the job while it
+trains, with its current step) and ``heartbeat.orch`` (written by the orchestrator that
+owns the trial, while it waits for the job, e.g. in a SLURM queue). A trial is alive while
+either file is fresher than the timeout — except that a file written on this host by a
+process that no longer exists is dead at once, so a resumed study re-runs the trials of
+a killed orchestrator without waiting out the timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HOST = socket.gethostname()
+
+
+def write(path: Path, **info: Any) -> None:
+    """Refresh one heartbeat file (atomic replace)."""
+    record = {"time": time.time(), "host": HOST, "pid": os.getpid(), **info}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a heartbeat is advisory; a full disk is reported elsewhere
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """A heartbeat record, or None."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fresh(record: dict[str, Any] | None, timeout_s: float) -> bool:
+    """Is this heartbeat evidence of a live writer?"""
+    if record is None or time.time() - record.get("time", 0) > timeout_s:
+        return False
+    return not (record.get("host") == HOST and not _pid_alive(int(record.get("pid", -1))))
+
+
+def trial_alive(folder: Path, timeout_s: float) -> bool:
+    """Is anyone (job or owning orchestrator) still working on the trial in ``folder``?"""
+    return fresh(read(folder / "heartbeat.job"), timeout_s) or fresh(
+        read(folder / "heartbeat.orch"), timeout_s
+    )
+
+
+class JobHeartbeat:
+    """A daemon thread refreshing ``heartbeat.job`` every ``every_s`` with the current step."""
+
+    def __init__(self, folder: Path, every_s: float = 5.0) -> None:
+        self.path = folder / "heartbeat.job"
+        self.every_s = every_s
+        self.step = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            write(self.path, step=self.step)
+            self._stop.wait(self.every_s)
+
+    def __enter__(self) -> JobHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        with contextlib.suppress(OSError):
+            self.path.unlink()

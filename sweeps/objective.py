@@ -1,0 +1,39 @@
+"""What Optuna is told about a finished trial (DESIGN.md §3).
+
+For `steps_to_target` a trial that reached the target is told the step; one that did not
+gets horizon × (1 + min(excess, 1)) with excess = (best eval loss − target) / target, and
+a diverged one horizon × 2, so the sampler learns to avoid them. For the loss objectives a
+diverged trial is told its initial eval loss (no progress). The true state stays in the
+trial's user attributes and in trial.json; analysis treats such trials as censored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+OBJECTIVES = ("steps_to_target", "final_eval_loss", "min_eval_loss")
+
+
+def objective_value(kind: str, status: dict[str, Any], initial_loss: float | None) -> float:
+    """The value to tell Optuna for a complete or diverged trial."""
+    state = status["state"]
+    horizon = float(status["horizon_steps"])
+    if kind == "steps_to_target":
+        if state == "diverged":
+            return 2.0 * horizon
+        if status.get("steps_to_target") is not None:
+            return float(status["steps_to_target"])
+        target = float(status["target_loss"])
+        best = status.get("best_eval_loss")
+        excess = (
+            1.0 if best is None or not math.isfinite(best) else max(0.0, (best - target) / target)
+        )
+        return horizon * (1.0 + min(excess, 1.0))
+    if state == "diverged":
+        return float(initial_loss) if initial_loss is not None else 1e30
+    key = "final_eval_loss" if kind == "final_eval_loss" else "best_eval_loss"
+    value = status.get(key)
+    if value is None or not math.isfinite(value):
+        return float(initial_loss) if initial_loss is not None else 1e30
+    return float(value)

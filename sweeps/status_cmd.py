@@ -1,0 +1,75 @@
+"""`sweep status RUN_DIR [--json]`: a row per point from the run dir's files (no storage
+access needed, so it works from any machine that sees the run dir)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from sweeps.compose import UsageError
+from sweeps.trials import read_json
+
+STATES = ("running", "complete", "pruned", "diverged", "failed")
+
+
+def study_status(run_dir: Path) -> dict[str, Any]:
+    """Counts by state, best objective and steps spent per point."""
+    study = read_json(run_dir / "study.json")
+    if study is None:
+        raise UsageError(f"{run_dir}: not a study run dir (no readable study.json)")
+    budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
+    points = []
+    for p in study["points"]:
+        row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
+        row.update({s: 0 for s in STATES})
+        for trial_json in sorted((run_dir / "trials" / p["label"]).glob("*/trial.json")):
+            trial = read_json(trial_json) or {}
+            state = trial.get("state", "running")
+            row[state] = row.get(state, 0) + 1
+            status = read_json(trial_json.parent / "status.json") or {}
+            row["steps"] += int(status.get("steps_done") or 0)
+            value = trial.get("objective")
+            if (
+                state == "complete"
+                and value is not None
+                and (row["best"] is None or value < row["best"])
+            ):
+                row["best"] = value
+        points.append(row)
+    run = read_json(run_dir / "run.json") or {}
+    done = all(r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points)
+    return {
+        "name": study["name"],
+        "run_dir": str(run_dir),
+        "objective": study["objective"],
+        "points": points,
+        "finished": done and run.get("ended") is not None,
+        "started": run.get("started"),
+        "ended": run.get("ended"),
+    }
+
+
+def print_status(run_dir: str, as_json: bool) -> int:
+    """Print the status table (or JSON)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(f"{run_dir}: no such run dir")
+    status = study_status(path)
+    if as_json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    state = "finished" if status["finished"] else "in progress"
+    print(f"{status['name']} ({state}) — objective {status['objective']['kind']}")
+    print(
+        f"  {'point':32s} {'done':>7s} {'running':>7s} {'pruned':>6s} {'diverged':>8s} {'failed':>6s} {'best':>10s} {'steps':>9s}"
+    )
+    for r in status["points"]:
+        done = r["complete"] + r["pruned"] + r["diverged"] + r["failed"]
+        best = "—" if r["best"] is None or not math.isfinite(r["best"]) else f"{r['best']:.6g}"
+        print(
+            f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
+            f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
+        )
+    return 0
