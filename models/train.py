@@ -290,6 +290,7 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         """Train to the horizon (or a stop), reporting by step; returns the final status."""
         state, loop = self._restore(self._init_state())
+        self.resumed_from = loop.step
         self.reporter.begin(loop.step)
         if loop.final is not None:  # this run already ended: say so again, train no more
             self.reporter.finish(loop.final)
@@ -376,6 +377,7 @@ class Trainer:
             "state": ending.state,
             "reason": ending.reason,
             "steps_done": loop.step,
+            "resumed_from_step": self.resumed_from,
             "horizon_steps": p.horizon,
             "steps_to_target": loop.steps_to_target,
             "steps_to_target_interp": loop.steps_to_target_interp,

@@ -101,7 +101,13 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sweep` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may stand before and after options (`sweep run conf=x --dry-run k=v`).
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if getattr(args, "overrides", None) is None or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     try:
         return _dispatch(args, argv)
     except UsageError as exc:

@@ -1,0 +1,411 @@
+"""`sweep run` end to end: real Optuna storage, real submitit jobs, tiny studies."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweeps.cli import main
+from sweeps.trials import read_json
+
+SWEEP = str(Path(sys.executable).with_name("sweep"))
+FAST = ["train.devices=1"]
+
+
+def _env(cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["STEPSCALE_TEST"] = "1"
+    return env
+
+
+def sweep(
+    args: list[str], cwd: Path | None = None, cache: str = "", timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """Run the real console script."""
+    full = (
+        [SWEEP, *args, *FAST, f"train.compile_cache_dir={cache}"]
+        if args[0] == "run"
+        else [SWEEP, *args]
+    )
+    return subprocess.run(
+        full, cwd=cwd, env=_env(cache), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def trials_of(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """trial.json records by point."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((run_dir / "trials").glob("*/*/trial.json")):
+        rec = json.loads(path.read_text())
+        out.setdefault(rec["point"], []).append(rec)
+    return out
+
+
+def optuna_trials(run_dir: Path, name: str) -> dict[str, list[optuna.trial.FrozenTrial]]:
+    """Optuna's trials by point label."""
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(run_dir / "study.journal")))
+    out = {}
+    for summary in optuna.get_all_study_summaries(storage):
+        label = summary.study_name.split("/", 1)[1]
+        out[label] = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+    assert all(s.study_name.startswith(f"{name}/") for s in optuna.get_all_study_summaries(storage))
+    return out
+
+
+def assert_exact_budget(run_dir: Path, name: str, per_point: int, points: int) -> None:
+    """Every point has exactly `per_point` final trials, each told once, none duplicated."""
+    by_point = optuna_trials(run_dir, name)
+    assert len(by_point) == points
+    for label, trials in by_point.items():
+        assert [t.number for t in trials] == list(range(per_point)), label
+        assert all(
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) for t in trials
+        ), label
+        records = trials_of(run_dir)[label]
+        assert sorted(r["number"] for r in records) == list(range(per_point))
+        assert all(r["state"] in ("complete", "pruned", "diverged", "failed") for r in records)
+
+
+def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
+    tmp_path: Path, compile_cache: str
+) -> None:
+    for shadow in ("models", "analysis"):
+        (tmp_path / shadow).mkdir()
+        (tmp_path / shadow / "__init__.py").write_text(
+            "raise ImportError('the user package shadowed ours')\n"
+        )
+    res = sweep(
+        ["run", "conf=smoke", "parallelism=2", "run_dir=study"], cwd=tmp_path, cache=compile_cache
+    )
+    assert res.returncode == 0, res.stderr
+    run_dir = tmp_path / "study"
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    for name in ("config.yaml", "space.json", "study.json", "run.json"):
+        assert (run_dir / name).exists(), name
+    for folder in (run_dir / "trials").glob("*/*"):
+        assert (folder / "metrics.jsonl").exists() and (folder / "status.json").exists()
+        assert not (folder / "checkpoints").exists()  # removed once the trial ended
+        assert (folder / "logs").is_dir()
+    space = json.loads((run_dir / "space.json").read_text())
+    assert space["schema"] == "stepscale.search_space/v1"
+    status = sweep(["status", str(run_dir), "--json"])
+    assert status.returncode == 0
+    rows = json.loads(status.stdout)
+    assert rows["finished"] and all(
+        r["complete"] + r["pruned"] + r["diverged"] == 3 for r in rows["points"]
+    )
+
+
+def user_study(tmp_path: Path, name: str, extra_yaml: str) -> list[str]:
+    """A study of the user's own (the smoke study plus ``extra_yaml``) in a --config-dir."""
+    folder = tmp_path / "user_conf" / "conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    body = "# @package _global_\n# A user's study.\ndefaults:\n  - smoke\n  - _self_\n" + extra_yaml
+    (folder / f"{name}.yaml").write_text(body)
+    return [f"conf={name}", "--config-dir", str(tmp_path / "user_conf")]
+
+
+def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["run", *args, "launcher=inline", "train.devices=1", "train.compile_cache_dir="])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_same_seed_at_parallelism_one_gives_identical_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = []
+    for name in ("a", "b"):
+        code, _, err = _run_inline(
+            capsys, "conf=smoke", "parallelism=1", f"run_dir={tmp_path / name}"
+        )
+        assert code == 0, err
+        results.append(
+            {
+                label: [(t.params, t.value, t.state) for t in trials]
+                for label, trials in optuna_trials(tmp_path / name, "smoke").items()
+            }
+        )
+    assert results[0] == results[1]
+    code, _, _ = _run_inline(
+        capsys, "conf=smoke", "parallelism=1", "seed=7", f"run_dir={tmp_path / 'c'}"
+    )
+    other = {
+        label: [t.params for t in trials]
+        for label, trials in optuna_trials(tmp_path / "c", "smoke").items()
+    }
+    assert other != {label: [p for p, _, _ in trials] for label, trials in results[0].items()}
+
+
+def test_pruning_compares_trials_within_a_point_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Vocabulary 64 has a much higher loss than vocabulary 8 at every step: if trials of both
+    # points were compared, the median pruner would stop every vocab-64 trial at once.
+    study = user_study(
+        tmp_path, "vocab", "scientific:\n  vocab: {path: data.vocab_size, values: [8, 64]}\n"
+    )
+    args = [
+        *study, "~scientific.batch_size", "budget.trials_per_point=4", "pruner.n_startup_trials=1",
+        "objective.kind=final_eval_loss", f"run_dir={tmp_path / 'p'}",
+    ]  # fmt: skip
+    code, _, err = _run_inline(capsys, *args)
+    assert code == 0, err
+    by_point = optuna_trials(tmp_path / "p", "vocab")
+    assert set(by_point) == {"vocab=8", "vocab=64"}
+    assert any(
+        t.state == TrialState.PRUNED for trials in by_point.values() for t in trials
+    )  # the pruner acted
+    for label, trials in by_point.items():
+        assert trials[0].state == TrialState.COMPLETE, label  # the start-up trial of each point
+        for t in trials:
+            if t.state != TrialState.PRUNED:
+                continue
+            step = max(t.intermediate_values)
+            earlier = [
+                o.intermediate_values[step]
+                for o in trials
+                if o.number < t.number and step in o.intermediate_values
+            ]
+            assert (
+                earlier and t.intermediate_values[step] > sorted(earlier)[(len(earlier) - 1) // 2]
+            ), label
+
+
+def test_extending_a_finished_study_runs_only_the_new_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "e"
+    code, _, err = _run_inline(
+        capsys, "conf=smoke", "budget.trials_per_point=2", f"run_dir={run_dir}"
+    )
+    assert code == 0, err
+    before = {p: (p / "status.json").read_text() for p in (run_dir / "trials").glob("*/*")}
+    code, _, err = _run_inline(
+        capsys,
+        "conf=smoke",
+        "budget.trials_per_point=3",
+        "scientific.batch_size.values=[8,16,32]",
+        f"run_dir={run_dir}",
+    )
+    assert code == 0, err
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=3)
+    for folder, text in before.items():
+        assert (folder / "status.json").read_text() == text  # finished trials untouched
+    code, _, err = _run_inline(
+        capsys,
+        "conf=smoke",
+        "budget.trials_per_point=3",
+        "scientific.batch_size.values=[8,16,32]",
+        f"run_dir={run_dir}",
+    )
+    assert code == 0 and len(list((run_dir / "trials").glob("*/*"))) == 9  # nothing more to do
+
+
+def _wait_for(predicate, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_killed_orchestrator_resumes_with_exact_budget(tmp_path: Path, compile_cache: str) -> None:
+    run_dir = tmp_path / "k"
+    args = [
+        SWEEP,
+        "run",
+        "conf=smoke",
+        "parallelism=2",
+        "budget.max_steps=60",
+        f"run_dir={run_dir}",
+        *FAST,
+    ]
+    args.append(f"train.compile_cache_dir={compile_cache}")
+    proc = subprocess.Popen(
+        args,
+        env=_env(compile_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    _wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 3)
+    os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator and its local jobs die at once
+    proc.wait()
+    res = sweep(
+        ["run", "conf=smoke", "parallelism=2", "budget.max_steps=60", f"run_dir={run_dir}"],
+        cache=compile_cache,
+    )
+    assert res.returncode == 0, res.stderr
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+
+
+def test_killed_job_is_retried_as_the_same_trial_from_its_checkpoint(
+    tmp_path: Path, compile_cache: str
+) -> None:
+    run_dir = tmp_path / "j"
+    common = [
+        "run", "conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=1",
+        "budget.max_steps=300", "train.checkpoint_every=20", "pruner.name=none", "parallelism=1",
+        "retries=1", f"run_dir={run_dir}",
+    ]  # fmt: skip
+    args = [SWEEP, *common, *FAST, f"train.compile_cache_dir={compile_cache}"]
+    proc = subprocess.Popen(
+        args, env=_env(compile_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    folder = run_dir / "trials" / "batch_size=8" / "0"
+    _wait_for(
+        lambda: (
+            any((folder / "checkpoints").glob("step_*"))
+            if (folder / "checkpoints").exists()
+            else False
+        )
+    )
+    beat = read_json(folder / "heartbeat.job")
+    assert beat is not None
+    os.kill(beat["pid"], signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()
+    record = read_json(folder / "trial.json")
+    status = read_json(folder / "status.json")
+    assert record["attempts"] == 2 and record["state"] == "complete"
+    assert status["resumed_from_step"] >= 20 and status["steps_done"] == 300
+    steps = [
+        json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == sorted(set(steps))  # nothing lost or duplicated across the crash
+    (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
+    assert trial.state == TrialState.COMPLETE and trial.number == 0
+
+
+def _bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
+    code, out, err = _run_inline(capsys, *overrides, f"run_dir={tmp_path / 'bad'}")
+    assert code == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+BAD_STUDIES = {
+    "unknown study": (["conf=no_such_study"], "smoke"),
+    "typo'd key": (["conf=smoke", "budget.trials_per_pont=3"], "trials_per_pont"),
+    "low >= high": (["conf=smoke", "nuisance.lr.low=0.1", "nuisance.lr.high=0.01"], "nuisance.lr"),
+    "log with low <= 0": (["conf=smoke", "nuisance.lr.low=0"], "log scale"),
+    "reverse_log outside (0,1)": (
+        "nuisance:\n  b2: {path: optimizer.b2, low: 0.9, high: 1.5, scale: reverse_log}\n",
+        "reverse_log",
+    ),
+    "empty choices": (
+        "nuisance:\n  opt: {path: optimizer.name, type: categorical, choices: []}\n",
+        "nuisance.opt.choices",
+    ),
+    "int with fractional bounds": (
+        "nuisance:\n  warm: {path: schedule.warmup_steps, type: int, low: 0.5, high: 8}\n",
+        "whole",
+    ),
+    "range on a non-scientific axis": (
+        "nuisance:\n  lr: {by: optimizer, ranges: {lion: {low: 1.0e-5}}}\n",
+        "nuisance.lr.by",
+    ),
+    "unknown path": (
+        ["conf=smoke", "nuisance.lr.path=optimizer.learning_rate"],
+        "optimizer.learning_rate",
+    ),
+    "value the trainer rejects": (
+        ["conf=smoke", "scientific.batch_size.values=[8,0]"],
+        "batch_size=0",
+    ),
+    "target below floor": (["conf=smoke", "objective.target_loss=0.1"], "loss floor"),
+    "parallelism < 1": (["conf=smoke", "parallelism=0"], "parallelism"),
+    "unknown sampler": (["conf=smoke", "sampler.name=cmaes"], "sampler.name"),
+    "unknown objective": (["conf=smoke", "objective.kind=accuracy"], "objective.kind"),
+    "unreachable storage": (
+        ["conf=smoke", "storage.name=sqlite", "storage.url=sqlite:////nonexistent/dir/x.db"],
+        "storage",
+    ),
+    "grid over a continuous range": (["conf=smoke", "sampler.name=grid"], "grid"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_STUDIES))
+def test_bad_study_exits_2_before_launching(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overrides, expected = BAD_STUDIES[name]
+    if isinstance(overrides, str):  # a YAML body for a user study in --config-dir
+        overrides = user_study(tmp_path, "mine", overrides)
+    err = _bad(tmp_path, capsys, *overrides)
+    assert expected in err, err
+    assert not (tmp_path / "bad" / "trials").exists()
+
+
+def test_unwritable_run_dir_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = _run_inline(capsys, "conf=smoke", f"run_dir={blocker}/sub")
+    assert code == 2 and "run_dir" in err and "Traceback" not in err
+
+
+def test_changed_study_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "c"
+    code, _, err = _run_inline(
+        capsys, "conf=smoke", "budget.trials_per_point=1", f"run_dir={run_dir}"
+    )
+    assert code == 0, err
+    for change in (
+        ["nuisance.lr.high=0.1"],
+        ["objective.target_loss=2.2"],
+        ["budget.max_steps=50"],
+        ["seed=3"],
+    ):
+        code, _, err = _run_inline(
+            capsys, "conf=smoke", "budget.trials_per_point=1", *change, f"run_dir={run_dir}"
+        )
+        assert code == 2 and "new name" in err, (change, err)
+    code, _, err = _run_inline(
+        capsys,
+        "conf=smoke",
+        "budget.trials_per_point=1",
+        "scientific.batch_size.values=[8]",
+        f"run_dir={run_dir}",
+    )
+    assert code == 2 and "not removed" in err
+
+
+def test_dry_run_and_cfg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = _run_inline(
+        capsys, "conf=smoke", "--dry-run", "--json", f"run_dir={tmp_path / 'd'}"
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["n_points"] == 2 and plan["total_trials"] == 6
+    assert plan["points"][0]["horizon_tokens"] == plan["points"][0]["horizon_steps"] * 8 * 16
+    assert not (tmp_path / "d").exists()
+    code, out, _ = _run_inline(
+        capsys,
+        "conf=smoke",
+        "budget.max_tokens=2048",
+        "budget.max_steps=null",
+        "--dry-run",
+        "--json",
+    )
+    assert code == 0
+    steps = {p["point"]: p["horizon_steps"] for p in json.loads(out)["points"]}
+    assert steps == {
+        "batch_size=8": 16,
+        "batch_size=16": 8,
+    }  # a token budget gives fewer steps to bigger batches
+    code, out, _ = _run_inline(capsys, "conf=smoke", "--cfg")
+    assert code == 0 and "scientific:" in out
