@@ -277,7 +277,7 @@ def test_killed_job_is_retried_as_the_same_trial_from_its_checkpoint(
     beat = read_json(folder / "heartbeat.job")
     assert beat is not None
     os.kill(beat["pid"], signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err.decode()
     record = read_json(folder / "trial.json")
     status = read_json(folder / "status.json")
@@ -292,7 +292,7 @@ def test_killed_job_is_retried_as_the_same_trial_from_its_checkpoint(
 
 
 def _bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], *overrides: str) -> str:
-    code, out, err = _run_inline(capsys, *overrides, f"run_dir={tmp_path / 'bad'}")
+    code, _, err = _run_inline(capsys, *overrides, f"run_dir={tmp_path / 'bad'}")
     assert code == 2, err
     assert "Traceback" not in err
     return err
