@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
     lst.add_argument("--config-dir")
 
+    from sweeps.formats.cli import add_format_commands
+
+    add_format_commands(sub)
     try:
         from analysis.fit_cli import add_fit_commands
     except ImportError:  # analysis not available in a trimmed install
@@ -81,6 +84,10 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         from sweeps.status_cmd import print_status
 
         return print_status(args.run_dir, args.json)
+    if args.command in ("export", "import"):
+        from sweeps.formats.cli import run_export, run_import
+
+        return run_export(args) if args.command == "export" else run_import(args)
     if args.command == "list":
         from sweeps.listing import print_presets
 

@@ -57,7 +57,8 @@ class StudyProgress:
 
     def __call__(self, stats: list[Any]) -> None:
         steps = sum(st.steps for st in stats)
-        self._bar.update(self._task, completed=min(steps, self.total_steps))
+        consumed = sum(st.consumed for st in stats)
+        self._bar.update(self._task, completed=min(consumed, self.total_steps))
         if self._live is not None:
             self._live.update(Group(self._table(stats), self._bar))
             return
@@ -70,7 +71,7 @@ class StudyProgress:
         budget = sum(st.budget for st in stats)
         print(
             f"{self.name}: {done}/{budget} trials done, {running} running, "
-            f"{steps}/{self.total_steps} steps",
+            f"{consumed}/{self.total_steps} budget steps ({steps} trained)",
             file=sys.stderr,
             flush=True,
         )

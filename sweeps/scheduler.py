@@ -68,7 +68,10 @@ class PointStats:
     budget: int
     counts: dict[str, int] = field(default_factory=dict)
     best: float | None = None
-    steps: int = 0
+    steps: int = 0  # optimizer steps trained
+    consumed: int = (
+        0  # budget used: a finished trial uses its whole horizon, however early it ended
+    )
 
 
 class Scheduler:
@@ -352,6 +355,7 @@ class Scheduler:
                     st.counts["running"] += 1
                     beat = heartbeat.read(folder / "heartbeat.job")
                     st.steps += int(beat.get("step", 0)) if beat else 0
+                    st.consumed += int(beat.get("step", 0)) if beat else 0
                     continue
                 state = {TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}.get(
                     t.state, t.user_attrs.get("state", "complete")
@@ -359,6 +363,7 @@ class Scheduler:
                 st.counts[state] = st.counts.get(state, 0) + 1
                 status = read_json(folder / "status.json") or {}
                 st.steps += int(status.get("steps_done") or 0)
+                st.consumed += self.horizons[point.label]
                 if (
                     t.state == TrialState.COMPLETE
                     and state != "diverged"

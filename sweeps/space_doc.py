@@ -1,37 +1,66 @@
 """The standard search-space document (`space.json`, format ``stepscale.search_space/v1``).
 
-Stable bytes: sorted keys, fixed float formatting, so the same config always gives the
-same document.
+One object per parameter (scientific axes, nuisance parameters, fixed values) plus the
+budget, objective and sampler; validated by ``sweeps/search_space.schema.json`` (see
+``sweeps.formats``). Stable bytes: sorted keys, bounds typed like their parameter (ints
+for int parameters, floats otherwise), floats in Python's shortest round-trip form, so
+the same config always gives the same document.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
-from sweeps.schema import StudyConfig
+from sweeps.schema import NuisanceParam, StudyConfig
 
 SCHEMA_TAG = "stepscale.search_space/v1"
-
-
-def _num(value: Any) -> Any:
-    if (
-        isinstance(value, float)
-        and math.isfinite(value)
-        and value.is_integer()
-        and abs(value) < 1e15
-    ):
-        return value  # keep floats as floats; formatting is fixed by dumps_stable
-    return value
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None and v != {} and v != []}
 
 
+def _bound(kind: str, x: float | None) -> float | int | None:
+    if x is None:
+        return None
+    return int(x) if kind == "int" else float(x)
+
+
+def _nuisance(alias: str, n: NuisanceParam) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": alias,
+        "path": n.path,
+        "role": "nuisance",
+        "type": n.type,
+        "unit": n.unit,
+        "description": n.description,
+    }
+    if n.type == "categorical":
+        entry["choices"] = list(n.choices) if n.choices is not None else None
+    else:
+        entry |= {
+            "scale": n.scale,
+            "low": _bound(n.type, n.low),
+            "high": _bound(n.type, n.high),
+            # an int step of 1 is the default: written or not, the same space
+            "step": None if n.type == "int" and n.step == 1 else _bound(n.type, n.step),
+        }
+    if n.by is not None and n.ranges:
+        ranges = {}
+        for value, r in n.ranges.items():
+            if n.type == "categorical":
+                ranges[str(value)] = _drop_none({"choices": r.choices})
+            else:
+                ranges[str(value)] = _drop_none(
+                    {"low": _bound(n.type, r.low), "high": _bound(n.type, r.high)}
+                )
+        entry["conditional"] = {"on": n.by, "ranges": ranges}
+    return _drop_none(entry)
+
+
 def space_document(cfg: StudyConfig) -> dict[str, Any]:
-    """The search space of a study as a plain document."""
+    """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
     params: list[dict[str, Any]] = []
     for alias, p in cfg.scientific.items():
         params.append(
@@ -40,7 +69,7 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                     "name": alias,
                     "path": p.path,
                     "role": "scientific",
-                    "type": _type_of(p.values),
+                    "type": _type_of(list(p.values)),
                     "values": list(p.values),
                     "unit": p.unit,
                     "description": p.description,
@@ -48,46 +77,25 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
             )
         )
     for alias, n in cfg.nuisance.items():
-        entry = {
-            "name": alias,
-            "path": n.path,
-            "role": "nuisance",
-            "type": n.type,
-            "scale": n.scale,
-            "low": n.low,
-            "high": n.high,
-            "step": n.step,
-            "choices": list(n.choices) if n.choices is not None else None,
-            "unit": n.unit,
-            "description": n.description,
-        }
-        if n.by is not None and n.ranges:
-            entry["conditional"] = {
-                "on": n.by,
-                "ranges": {
-                    k: _drop_none({"low": r.low, "high": r.high, "choices": r.choices})
-                    for k, r in n.ranges.items()
-                },
-            }
-        params.append(_drop_none(entry))
+        params.append(_nuisance(alias, n))
     for alias, f in cfg.fixed.items():
-        params.append(
-            _drop_none(
-                {
-                    "name": alias,
-                    "path": f.path,
-                    "role": "fixed",
-                    "type": _type_of([f.value]),
-                    "value": f.value,
-                    "unit": f.unit,
-                    "description": f.description,
-                }
-            )
+        entry = _drop_none(
+            {
+                "name": alias,
+                "path": f.path,
+                "role": "fixed",
+                "type": _type_of([f.value]),
+                "unit": f.unit,
+                "description": f.description,
+            }
         )
+        entry["value"] = f.value  # may be null
+        params.append(entry)
     b = cfg.budget
-    return {
+    doc = {
         "schema": SCHEMA_TAG,
         "name": cfg.name,
+        "description": cfg.description,
         "parameters": params,
         "budget": _drop_none(
             {
@@ -95,11 +103,15 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                 "max_steps": b.max_steps,
                 "max_tokens": b.max_tokens,
                 "max_examples": b.max_examples,
-                "confirm_seeds": b.confirm_seeds,
+                "confirm_seeds": b.confirm_seeds or None,  # 0 (off) is left out
             }
         ),
         "objective": _drop_none(
-            {"kind": cfg.objective.kind, "target_loss": cfg.objective.target_loss}
+            {
+                "kind": cfg.objective.kind,
+                "target_loss": cfg.objective.target_loss,
+                "stop_at_target": cfg.objective.stop_at_target or None,  # false is left out
+            }
         ),
         "sampler": _drop_none(
             {
@@ -108,16 +120,20 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
             }
         ),
     }
+    doc = _drop_none(doc)
+    doc["parameters"] = params
+    return doc
 
 
 def _type_of(values: list[Any]) -> str:
-    if all(isinstance(v, (bool, str)) for v in values):
-        return "categorical"
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return "int"
-    return "float" if all(isinstance(v, (int, float)) for v in values) else "categorical"
+    if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return "float"
+    return "categorical"
 
 
 def dumps_stable(doc: Any) -> str:
-    """JSON with sorted keys, two-space indent and floats in a fixed repr."""
-    return json.dumps(doc, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    """JSON with sorted keys, two-space indent and floats in Python's shortest round-trip
+    form; NaN and infinities are refused."""
+    return json.dumps(doc, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"

@@ -1,0 +1,93 @@
+"""Standard search-space formats: the stepscale document (``stepscale.search_space/v1``)
+and exporters/importers for Optuna, AlgoPerf, W&B, Hydra's Optuna sweeper and the
+batch-science data release (docs/search-space.md).
+
+An export reports exactly what the target format cannot hold: the document is converted,
+read back, and every difference is listed (``<key>: <before> → <after>``).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from sweeps.formats import (
+    algoperf,
+    batch_science,
+    hydra_sweeper,
+    optuna_json,
+    stepscale,
+    wandb_sweep,
+)
+from sweeps.formats.common import FormatError, describe_losses, fit_trainer_types, loss_key
+from sweeps.formats.document import schema, validate_document
+from sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
+
+FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science")
+_MODULES: dict[str, ModuleType] = {
+    "stepscale": stepscale,
+    "optuna": optuna_json,
+    "algoperf": algoperf,
+    "wandb": wandb_sweep,
+    "hydra": hydra_sweeper,
+    "batch_science": batch_science,
+}
+EXTENSIONS = {
+    "stepscale": "json",
+    "optuna": "json",
+    "algoperf": "json",
+    "wandb": "yaml",
+    "hydra": "yaml",
+    "batch_science": "json",
+}
+
+__all__ = [
+    "EXTENSIONS",
+    "FORMATS",
+    "FormatError",
+    "describe_losses",
+    "document_to_study_yaml",
+    "export_space",
+    "import_space",
+    "loss_key",
+    "schema",
+    "study_yaml",
+    "validate_document",
+]
+
+
+def _module(fmt: str) -> ModuleType:
+    if fmt not in _MODULES:
+        raise FormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return _MODULES[fmt]
+
+
+def _read(module: ModuleType, text: str) -> tuple[dict[str, Any], list[str]]:
+    doc, notes = module.parse(text)
+    if module is not stepscale:  # a stepscale document's types are its own
+        notes += fit_trainer_types(doc)
+    return doc, notes
+
+
+def export_space(doc: dict[str, Any], fmt: str) -> tuple[str, list[str]]:
+    """(text of ``doc`` in ``fmt``, what ``fmt`` cannot express). The document is
+    validated first; the losses are the differences between it and the document read
+    back from the text, one ``<key>: <before> → <after>`` item each."""
+    module = _module(fmt)
+    validate_document(doc)
+    text = module.export(doc)
+    back, _ = _read(module, text)
+    return text, describe_losses(doc, back)
+
+
+def import_space(text: str, fmt: str) -> tuple[dict[str, Any], list[str]]:
+    """(stepscale document, warnings) of a file in ``fmt``; FormatError if the text is
+    not valid for ``fmt`` or gives an invalid search space."""
+    module = _module(fmt)
+    doc, notes = _read(module, text)
+    if module is not stepscale:
+        try:
+            validate_document(doc)
+        except FormatError as exc:
+            raise FormatError(f"the {fmt} file gives an invalid search space: {exc}") from None
+    return doc, notes

@@ -1,0 +1,107 @@
+"""`sweep export conf=NAME [k=v …] [--format F] [-o FILE]` and
+`sweep import FILE --format F [-o FILE]`.
+
+The text goes to stdout (or to ``-o FILE``); what a conversion cannot express, or what an
+import had to add or leave out, is one warning line on stderr. Bad input raises
+``UsageError`` (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from sweeps.compose import UsageError
+from sweeps.formats import FORMATS, FormatError, export_space, import_space, study_yaml
+
+
+def add_format_commands(subparsers: Any) -> None:
+    """Register the ``export`` and ``import`` sub-commands on an argparse subparsers
+    object (``dest="command"``)."""
+    formats = ", ".join(FORMATS)
+    export = subparsers.add_parser(
+        "export", help="write a study's search space in a standard format"
+    )
+    export.add_argument("overrides", nargs="*", help="conf=NAME and key=value overrides")
+    export.add_argument(
+        "--config-dir", help="an extra directory of configs (its conf/ group adds studies)"
+    )
+    export.add_argument(
+        "--format", default="stepscale", metavar="F", help=f"one of {formats} (default stepscale)"
+    )
+    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+
+    imp = subparsers.add_parser(
+        "import", help="turn a search space of another tool into a study conf"
+    )
+    imp.add_argument("file", help="the search-space file ('-' reads stdin)")
+    imp.add_argument("--format", required=True, metavar="F", help=f"one of {formats}")
+    imp.add_argument("-o", "--output", metavar="FILE", help="write the conf YAML here")
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _write(text: str, output: str | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"-o {output}: cannot write it ({exc.strerror})") from None
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """`sweep export`: compose and validate the study, print its search space in
+    ``args.format``; one warning line lists what the format cannot express."""
+    from sweeps.run_cmd import _check_study, prepare_study
+    from sweeps.space import build_space
+    from sweeps.space_doc import space_document
+
+    _check_format(args.format)
+    overrides = list(args.overrides)
+    if not any(o.startswith("conf=") for o in overrides):
+        raise UsageError("export needs conf=NAME (see `sweep list`)")
+    _, cfg, _ = prepare_study(overrides, args.config_dir)
+    build_space(cfg)  # first: a training preset is told it has no scientific axis
+    _check_study(cfg)
+    try:
+        text, losses = export_space(space_document(cfg), args.format)
+    except FormatError as exc:
+        raise UsageError(str(exc)) from None
+    _write(text, args.output)
+    if losses:
+        print(
+            f"sweep: warning: the {args.format} format cannot express "
+            f"{len(losses)} thing(s), left out or changed: {'; '.join(losses)}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    """`sweep import`: read a search space in ``args.format`` and print a study conf
+    (YAML) that `sweep run` accepts; one warning line lists what was added or ignored."""
+    _check_format(args.format)
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(f"{args.file}: cannot read it ({reason})") from None
+    try:
+        doc, notes = import_space(text, args.format)
+    except FormatError as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    conf, added = study_yaml(doc, args.format)
+    _write(conf, args.output)
+    notes = [*notes, *added]
+    if notes:
+        print(f"sweep: warning: import from {args.format}: {'; '.join(notes)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,441 @@
+"""Helpers shared by the format modules: errors, numbers, names ↔ trainer paths, parsing
+and the description of what a conversion lost."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import yaml
+
+from sweeps.space import TRAINER_PATHS
+
+
+class FormatError(ValueError):
+    """A document or file that is not valid for its claimed format."""
+
+
+# Names used by other tools (and by our built-in studies) → trainer key. The first name
+# listed for a path is the alias an importer gives a parameter known only by its path.
+KNOWN_NAMES: dict[str, str] = {
+    "lr": "optimizer.lr",
+    "learning_rate": "optimizer.lr",
+    "peak_lr": "optimizer.lr",
+    "b1": "optimizer.b1",
+    "beta1": "optimizer.b1",
+    "beta_1": "optimizer.b1",
+    "momentum": "optimizer.b1",
+    "b2": "optimizer.b2",
+    "beta2": "optimizer.b2",
+    "beta_2": "optimizer.b2",
+    "eps": "optimizer.eps",
+    "epsilon": "optimizer.eps",
+    "weight_decay": "optimizer.weight_decay",
+    "wd": "optimizer.weight_decay",
+    "clip": "optimizer.clip",
+    "grad_clip": "optimizer.clip",
+    "grad_clip_norm": "optimizer.clip",
+    "max_grad_norm": "optimizer.clip",
+    "optimizer": "optimizer.name",
+    "warmup_steps": "schedule.warmup_steps",
+    "warmup": "schedule.warmup_steps",
+    "warmup_frac": "schedule.warmup_frac",
+    "warmup_factor": "schedule.warmup_frac",
+    "schedule": "schedule.name",
+    "final_lr_frac": "schedule.final_lr_frac",
+    "end_learning_rate_factor": "schedule.final_lr_frac",
+    "decay_frac": "schedule.decay_frac",
+    "batch_size": "data.global_batch",
+    "global_batch": "data.global_batch",
+    "seq_len": "data.seq_len",
+    "sequence_length": "data.seq_len",
+    "model_size": "model.size",
+    "model": "model.name",
+    "seed": "train.seed",
+}
+
+_ALIAS_OF_PATH: dict[str, str] = {}
+for _name, _path in KNOWN_NAMES.items():
+    _ALIAS_OF_PATH.setdefault(_path, _name)
+
+_LAST_SEGMENT: dict[str, list[str]] = {}
+for _path in sorted(TRAINER_PATHS):
+    _LAST_SEGMENT.setdefault(_path.rsplit(".", 1)[-1], []).append(_path)
+
+_ALIAS_BAD = re.compile(r"[^A-Za-z0-9_]")
+
+
+def path_for_name(name: str) -> str:
+    """The trainer key a parameter name most likely sets; the name itself when unknown
+    (a conf built from it then leaves the parameter out and says so)."""
+    if name in TRAINER_PATHS:
+        return name
+    if name in KNOWN_NAMES:
+        return KNOWN_NAMES[name]
+    candidates = _LAST_SEGMENT.get(name, [])
+    return candidates[0] if len(candidates) == 1 else name
+
+
+def alias_for(name_or_path: str) -> str:
+    """A valid alias (identifier) for a parameter known by a name or a trainer key."""
+    if name_or_path in _ALIAS_OF_PATH:
+        return _ALIAS_OF_PATH[name_or_path]
+    if name_or_path in TRAINER_PATHS:
+        last = name_or_path.rsplit(".", 1)[-1]
+        name_or_path = last if len(_LAST_SEGMENT[last]) == 1 else name_or_path
+    alias = _ALIAS_BAD.sub("_", name_or_path)
+    return alias if alias[:1].isalpha() or alias[:1] == "_" else f"p_{alias}"
+
+
+def unique_alias(alias: str, taken: set[str]) -> str:
+    """``alias`` or ``alias_2``, ``alias_3`` … whichever is free; marks it taken."""
+    out, n = alias, 1
+    while out in taken:
+        n += 1
+        out = f"{alias}_{n}"
+    taken.add(out)
+    return out
+
+
+def clean(x: float) -> float:
+    """A float rounded to 12 significant digits: undoes the noise of ``1 − x`` and of
+    ``stop − step`` so that converting back and forth gives the original value."""
+    return float(f"{x:.12g}")
+
+
+def as_type(kind: str, x: float | int) -> float | int:
+    """A bound as the parameter's type: int for int parameters, float otherwise."""
+    return int(x) if kind == "int" else float(x)
+
+
+def is_int(x: Any) -> bool:
+    """A real integer (not a bool)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def is_number(x: Any) -> bool:
+    """An int or a finite float (not a bool)."""
+    return is_int(x) or (isinstance(x, float) and math.isfinite(x))
+
+
+def type_of(values: list[Any]) -> str:
+    """The parameter type of a list of values: int, float or categorical."""
+    if values and all(is_int(v) for v in values):
+        return "int"
+    if values and all(is_number(v) for v in values):
+        return "float"
+    return "categorical"
+
+
+def load_json(text: str, fmt: str) -> Any:
+    """Parse JSON or raise FormatError naming the line and column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(
+            f"not a valid {fmt} file: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+
+
+def load_yaml(text: str, fmt: str) -> Any:
+    """Parse YAML or raise FormatError naming the line."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise FormatError(f"not a valid {fmt} file: invalid YAML{where}") from None
+
+
+def dump_yaml(data: Any, header: str = "") -> str:
+    """Block-style YAML with sorted keys: the same data gives the same bytes."""
+    return header + yaml.safe_dump(
+        data, sort_keys=True, default_flow_style=False, allow_unicode=True, width=10_000
+    )
+
+
+def need(cond: bool, where: str, message: str, fmt: str) -> None:
+    """Raise FormatError(``<fmt> file, <where>: <message>``) unless ``cond``."""
+    if not cond:
+        raise FormatError(f"not a valid {fmt} file: {where}: {message}")
+
+
+def envelope(param: dict[str, Any]) -> tuple[Any, Any, list[Any] | None]:
+    """(low, high, choices) of a nuisance parameter ignoring its conditional ranges: its
+    own range when it has one, else the union of the ranges by value."""
+    low, high, choices = param.get("low"), param.get("high"), param.get("choices")
+    ranges = list(param.get("conditional", {}).get("ranges", {}).values())
+    if param["type"] == "categorical":
+        if choices is None:
+            merged: list[Any] = []
+            for r in ranges:
+                merged += [c for c in r.get("choices", []) if c not in merged]
+            choices = merged
+        return None, None, choices
+    if low is None:
+        low = min(r["low"] for r in ranges if "low" in r)
+    if high is None:
+        high = max(r["high"] for r in ranges if "high" in r)
+    return low, high, None
+
+
+# --- what a conversion lost -------------------------------------------------------------
+
+_FIELDS = (
+    "path",
+    "role",
+    "type",
+    "scale",
+    "low",
+    "high",
+    "step",
+    "choices",
+    "values",
+    "value",
+    "unit",
+    "description",
+    "conditional",
+)
+_DOMAIN = ("type", "scale", "low", "high", "step", "choices", "values", "value")
+_SECTIONS = ("budget", "objective", "sampler")
+_MISSING = object()
+_ROLE_HINT = " (a grid axis becomes a tuned parameter: no per-point tuning)"
+
+
+def _same(a: Any, b: Any) -> bool:
+    # 8 and 8.0 differ: the type of a bound or a value matters to the trainer.
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "—"
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _domain(p: dict[str, Any]) -> Any:
+    if "values" in p:
+        return p["values"]
+    if "choices" in p:
+        return p["choices"]
+    if "value" in p:
+        return [p["value"]]
+    return {k: p.get(k) for k in ("type", "scale", "low", "high", "step")}
+
+
+def _summary(p: dict[str, Any]) -> str:
+    role = p["role"]
+    if role == "scientific":
+        return f"scientific axis {_show(p['values'])} (no grid, no per-point tuning)"
+    if role == "fixed":
+        return f"fixed {_show(p['value'])}"
+    if p["type"] == "categorical":
+        return f"nuisance choices {_show(p.get('choices'))}"
+    return f"nuisance {p['type']} [{p.get('low')}, {p.get('high')}] {p.get('scale')}"
+
+
+def describe_losses(orig: dict[str, Any], back: dict[str, Any]) -> list[str]:
+    """What differs between a document and the one read back from its conversion, one
+    ``<key>: <before> → <after>`` item each (``—`` = absent). Keys are dotted
+    (``parameters.<name>.<field>``, ``budget.<field>``…); a changed role stands for the
+    change of the domain that comes with it (e.g. a scientific axis's values read back as a
+    nuisance parameter's choices)."""
+    out: list[str] = []
+    for key in ("name", "description"):
+        a, b = orig.get(key, _MISSING), back.get(key, _MISSING)
+        if not _same(None if a is _MISSING else a, None if b is _MISSING else b):
+            out.append(f"{key}: {_show(a)} → {_show(b)}")
+    out += _param_losses(orig.get("parameters", []), back.get("parameters", []))
+    for section in _SECTIONS:
+        a, b = orig.get(section), back.get(section)
+        if a is None and b is None:
+            continue
+        if b is None:
+            out.append(f"{section}: {_show(a)} → —")
+            continue
+        if a is None:
+            out.append(f"{section}: — → {_show(b)}")
+            continue
+        for key in sorted(set(a) | set(b)):
+            va, vb = a.get(key, _MISSING), b.get(key, _MISSING)
+            if va is _MISSING or vb is _MISSING or not _same(va, vb):
+                out.append(f"{section}.{key}: {_show(va)} → {_show(vb)}")
+    return out
+
+
+def _param_losses(orig: list[dict[str, Any]], back: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    by_name = {p["name"]: p for p in back}
+    free = {id(q): q for q in back}  # not matched yet, in order
+    pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    for p in orig:
+        q = by_name.get(p["name"])
+        if q is None or id(q) not in free:  # renamed (e.g. known by its path only)
+            q = next((c for c in free.values() if c["path"] == p["path"]), None)
+        if q is not None:
+            del free[id(q)]
+        pairs.append((p, q))
+    for p, q in pairs:
+        key = f"parameters.{p['name']}"
+        if q is None:
+            out.append(f"{key}: {_summary(p)} → —")
+            continue
+        if q["name"] != p["name"]:
+            out.append(f"{key}.name: {_show(p['name'])} → {_show(q['name'])}")
+        role_changed = p["role"] != q["role"]
+        retyped = p["type"] != q["type"]
+        for field in _FIELDS:
+            if role_changed and field in _DOMAIN:
+                continue
+            a, b = p.get(field, _MISSING), q.get(field, _MISSING)
+            if a is _MISSING and b is _MISSING:
+                continue
+            if retyped and field in ("low", "high") and a == b:
+                continue  # 8 → 8.0 is said by the type change
+            if a is _MISSING or b is _MISSING or not _same(a, b):
+                why = _ROLE_HINT if field == "role" and a == "scientific" else ""
+                out.append(f"{key}.{field}: {_show(a)} → {_show(b)}{why}")
+        if role_changed and not _same(_domain(p), _domain(q)):
+            field = next((f for f in ("values", "choices", "value") if f in p), "low")
+            out.append(f"{key}.{field}: {_show(_domain(p))} → {_show(_domain(q))}")
+    for q in free.values():
+        out.append(f"parameters.{q['name']}: — → {_summary(q)}")
+    return out
+
+
+def loss_key(item: str) -> str:
+    """The dotted key a loss item is about (its text up to the first colon)."""
+    return item.split(":", 1)[0]
+
+
+# --- building documents (importers) -----------------------------------------------------
+
+
+def new_document(params: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
+    """A document with the v1 tag, ``params`` and the sections that are not None."""
+    from sweeps.space_doc import SCHEMA_TAG
+
+    doc: dict[str, Any] = {"schema": SCHEMA_TAG, "parameters": params}
+    doc |= {k: v for k, v in sections.items() if v is not None}
+    return doc
+
+
+def numeric_param(
+    name: str,
+    path: str,
+    kind: str,
+    low: float,
+    high: float,
+    scale: str = "linear",
+    step: float | None = None,
+) -> dict[str, Any]:
+    """A nuisance int/float parameter with bounds typed like the parameter."""
+    p = {
+        "name": name,
+        "path": path,
+        "role": "nuisance",
+        "type": kind,
+        "scale": scale,
+        "low": as_type(kind, low),
+        "high": as_type(kind, high),
+    }
+    if step is not None:
+        p["step"] = as_type(kind, step)
+    return p
+
+
+def choice_param(name: str, path: str, choices: list[Any]) -> dict[str, Any]:
+    """A nuisance categorical parameter."""
+    return {
+        "name": name,
+        "path": path,
+        "role": "nuisance",
+        "type": "categorical",
+        "choices": choices,
+    }
+
+
+def fixed_param(name: str, path: str, value: Any) -> dict[str, Any]:
+    """A fixed value."""
+    return {"name": name, "path": path, "role": "fixed", "type": type_of([value]), "value": value}
+
+
+def scientific_param(name: str, path: str, values: list[Any]) -> dict[str, Any]:
+    """A scientific axis."""
+    return {
+        "name": name,
+        "path": path,
+        "role": "scientific",
+        "type": type_of(values),
+        "values": values,
+    }
+
+
+def is_scalar(x: Any) -> bool:
+    """A value a categorical parameter may take: str, bool, None or a finite number."""
+    return x is None or isinstance(x, (str, bool)) or is_number(x)
+
+
+# --- trainer key types (importers) -------------------------------------------------------
+
+
+def _trainer_types() -> dict[str, str]:
+    """Dotted trainer key → its Python type name (``int``, ``float``, ``str``, ``bool``)."""
+    import dataclasses
+
+    from models.config import TrainerConfig
+
+    out: dict[str, str] = {}
+
+    def walk(obj: Any, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+                continue
+            kinds = {t.strip() for t in str(f.type).split("|")} - {"None"}
+            if len(kinds) == 1:
+                out[f"{prefix}{f.name}"] = kinds.pop()
+
+    walk(TrainerConfig(), "")
+    return out
+
+
+TRAINER_TYPES = _trainer_types()
+
+
+def _whole(x: Any) -> bool:
+    return isinstance(x, float) and x.is_integer()
+
+
+def fit_trainer_types(doc: dict[str, Any]) -> list[str]:
+    """Make parameters of int trainer keys ints when the source could only say float
+    (AlgoPerf samples floats, W&B writes ``min: 0.0``…); returns notes on rounded bounds."""
+    notes: list[str] = []
+    for p in doc["parameters"]:
+        if TRAINER_TYPES.get(p["path"]) != "int":
+            continue
+        if p["role"] == "scientific" and all(_whole(v) or is_int(v) for v in p["values"]):
+            p["values"] = [int(v) for v in p["values"]]
+            p["type"] = "int"
+        elif p["role"] == "fixed" and _whole(p["value"]):
+            p["value"], p["type"] = int(p["value"]), "int"
+        elif p.get("type") == "categorical" and all(
+            _whole(v) or is_int(v) for v in p.get("choices", [None])
+        ):
+            p["choices"] = [int(v) for v in p["choices"]]
+        elif p.get("type") == "float" and p["scale"] != "reverse_log" and "conditional" not in p:
+            low, high = math.ceil(p["low"]), math.floor(p["high"])
+            if (low, high) != (p["low"], p["high"]):
+                notes.append(
+                    f"{p['name']}: {p['path']} takes integers; range rounded to [{low}, {high}]"
+                )
+            p["type"], p["low"], p["high"] = "int", low, high
+            step = p.pop("step", None)
+            if step is not None and float(step).is_integer() and step != 1:
+                p["step"] = int(step)
+            elif step is not None and step != 1:
+                notes.append(f"{p['name']}: step {step} dropped ({p['path']} takes integers)")
+    return notes

@@ -1,0 +1,166 @@
+"""A stepscale document → a study conf (``# @package _global_`` YAML) that ``sweep run``
+accepts: parameters without a known trainer key are left out (listed in a comment), and a
+scientific axis and an objective are added when the document has none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from models.config import DataConfig, TrainConfig
+from sweeps.formats.common import unique_alias
+from sweeps.space import TRAINER_PATHS
+
+# Axes to add when a source has no scientific parameter, first free path wins: a
+# single-point grid at the trainer's default value.
+_DEFAULT_AXES = (
+    ("batch_size", "data.global_batch", DataConfig().global_batch, "sequences"),
+    ("seed", "train.seed", TrainConfig().seed, None),
+)
+_OPTIONAL = ("unit", "description")
+# The trainer takes one key of each group (a duration in steps, tokens, examples or a
+# fraction); the presets set the first, so a conf that sets another clears the rest.
+_EXCLUSIVE = (
+    ("schedule.warmup_steps", "schedule.warmup_tokens", "schedule.warmup_examples",
+     "schedule.warmup_frac"),
+    ("train.max_steps", "train.max_tokens", "train.max_examples"),
+)  # fmt: skip
+BATCH_PATH = "data.global_batch"
+
+
+def _entry(p: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": p["path"]}
+    if p["role"] == "scientific":
+        out["values"] = p["values"]
+    elif p["role"] == "fixed":
+        out["value"] = p["value"]
+    else:
+        out["type"] = p["type"]
+        for key in ("low", "high", "scale", "step", "choices"):
+            if key in p:
+                out[key] = p[key]
+        if "conditional" in p:
+            out["by"] = p["conditional"]["on"]
+            out["ranges"] = p["conditional"]["ranges"]
+    for key in _OPTIONAL:
+        if key in p:
+            out[key] = p[key]
+    return out
+
+
+def _clear_exclusive(paths: set[str], notes: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for group in _EXCLUSIVE:
+        if paths & set(group):
+            for other in sorted(set(group) - paths):
+                section, key = other.split(".")
+                out.setdefault(section, {})[key] = None
+    if out:
+        cleared = ", ".join(f"{s}.{k}" for s, v in out.items() for k in v)
+        notes.append(f"set {cleared} to null (the trainer takes one of them)")
+    return out
+
+
+def _promote_batch(groups: dict[str, dict[str, Any]], notes: list[str]) -> None:
+    """Make a categorical or fixed batch size the scientific axis: batch size is what a
+    study without roles most likely compares."""
+    for role in ("nuisance", "fixed"):
+        for name, entry in groups[role].items():
+            if entry["path"] != BATCH_PATH:
+                continue
+            if role == "fixed":
+                values = [entry["value"]]
+            elif entry["type"] == "categorical" and "by" not in entry:
+                values = entry["choices"]
+            else:
+                return
+            axis = {"path": BATCH_PATH, "values": values}
+            axis |= {k: entry[k] for k in _OPTIONAL if k in entry}
+            del groups[role][name]
+            groups["scientific"][name] = axis
+            notes.append(f"the source has no scientific axis: {name} ({BATCH_PATH}) becomes it")
+            return
+
+
+def study_yaml(doc: dict[str, Any], source: str = "stepscale") -> tuple[str, list[str]]:
+    """(conf YAML, notes on what was added or left out) of a valid document."""
+    notes: list[str] = []
+    groups: dict[str, dict[str, Any]] = {"scientific": {}, "nuisance": {}, "fixed": {}}
+    left_out = [p for p in doc["parameters"] if p["path"] not in TRAINER_PATHS]
+    kept = [p for p in doc["parameters"] if p["path"] in TRAINER_PATHS]
+    if left_out:
+        notes.append(
+            f"left out {', '.join(p['name'] for p in left_out)}: no trainer key is known for "
+            "them (set their path and add them back)"
+        )
+    for p in kept:
+        groups[p["role"]][p["name"]] = _entry(p)
+    for name, entry in groups["nuisance"].items():
+        if "by" in entry and entry["by"] not in groups["scientific"]:
+            notes.append(f"nuisance {name}: ranges by {entry['by']} dropped (no such axis)")
+            entry.pop("by")
+            entry.pop("ranges")
+    if not groups["scientific"]:
+        _promote_batch(groups, notes)
+    if not groups["scientific"]:
+        taken = {p["name"] for p in kept}
+        used = {p["path"] for p in kept}
+        alias, path, value, unit = next(a for a in _DEFAULT_AXES if a[1] not in used)
+        alias = unique_alias(alias, taken)
+        axis: dict[str, Any] = {"path": path, "values": [value]}
+        if unit is not None:
+            axis["unit"] = unit
+        groups["scientific"][alias] = axis
+        notes.append(
+            f"the source has no scientific axis: added {alias} ({path}) = [{value}], the "
+            "trainer's default; list the values to compare"
+        )
+    conf: dict[str, Any] = {}
+    if "description" in doc:
+        conf["description"] = doc["description"]
+    conf |= _clear_exclusive({p["path"] for p in kept}, notes)
+    conf |= {role: group for role, group in groups.items() if group}
+    if "budget" in doc:
+        conf["budget"] = dict(doc["budget"])
+    objective = doc.get("objective")
+    if objective is None:
+        conf["objective"] = {"kind": "final_eval_loss"}
+        notes.append("the source has no objective: using final_eval_loss")
+    elif objective["kind"] == "steps_to_target" and "target_loss" not in objective:
+        conf["objective"] = {"kind": "final_eval_loss"}
+        notes.append(
+            "steps_to_target needs a target loss, which the source does not give: using "
+            "final_eval_loss (set objective.kind and objective.target_loss to change it)"
+        )
+    else:
+        conf["objective"] = dict(objective)
+    if "sampler" in doc:
+        conf["sampler"] = dict(doc["sampler"])
+    study = f" (study {doc['name']})" if "name" in doc else ""
+    header = [
+        "# @package _global_",
+        f"# Imported by `sweep import --format {source}`{study}.",
+        *(f"# Note: {n}." for n in notes),
+    ]
+    body = yaml.safe_dump(
+        conf, sort_keys=False, default_flow_style=None, allow_unicode=True, width=100
+    )
+    tail = []
+    if left_out:
+        tail.append("# Left out (no trainer key known; set `path:` and move them back):")
+        for p in left_out:
+            flow = yaml.safe_dump(
+                {k: v for k, v in p.items() if k != "name"},
+                default_flow_style=True,
+                sort_keys=False,
+                width=10_000,
+            ).strip()
+            tail.append(f"# {p['name']}: {flow}")
+    text = "\n".join(header) + "\n" + body + ("\n".join(tail) + "\n" if tail else "")
+    return text, notes
+
+
+def document_to_study_yaml(doc: dict[str, Any]) -> str:
+    """The study conf YAML (``# @package _global_``) of a valid document."""
+    return study_yaml(doc)[0]
