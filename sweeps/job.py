@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,10 @@ def _optuna_trial(spec: TrialSpec) -> Any | None:
 def run_trial(spec: TrialSpec) -> dict[str, Any]:
     """Train one trial to its end and return the trainer's final status."""
     _protect_sys_path()
+    if threading.current_thread() is threading.main_thread():
+        # The local launcher starts jobs with SIGINT ignored (for its controller's sake);
+        # the trial itself must stop cleanly on Ctrl-C.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.update(spec.env)
     folder = Path(spec.trial_dir)
     cfg = to_trainer_config(spec.config)

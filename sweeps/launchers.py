@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,9 +71,15 @@ class JobHandle:
         return self._outcome
 
     def cancel(self) -> None:
-        """Stop the job if it still runs."""
-        if not self.done():
-            with contextlib.suppress(Exception):
+        """Stop the job if it still runs (a local controller ignores SIGINT, so it gets
+        SIGTERM, which it forwards to its task)."""
+        if self.done():
+            return
+        process = getattr(self.job, "_process", None)
+        with contextlib.suppress(Exception):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+            else:
                 self.job.cancel(check=False)
 
 
@@ -119,6 +127,23 @@ class Launcher:
         """Submit ``fn(*args)`` as a job started in ``folder`` (logs in ``folder/logs``)."""
         folder.mkdir(parents=True, exist_ok=True)
         executor = self._executor(folder / "logs")
-        with _working_dir(folder):
+        with _working_dir(folder), _controller_ignores_sigint(self.cfg.name == "local"):
             job = executor.submit(fn, *args)
         return JobHandle(job, inline=self.cfg.name == "inline")
+
+
+@contextlib.contextmanager
+def _controller_ignores_sigint(active: bool) -> Iterator[None]:
+    """Start submitit's local controller with SIGINT ignored (inherited through exec).
+
+    A terminal's Ctrl-C reaches the whole process group: the trial processes handle it
+    (they checkpoint and stop, see sweeps.job), but the controller would die with a
+    traceback on the user's terminal and stop waiting for its task."""
+    if not active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -409,3 +409,26 @@ def test_dry_run_and_cfg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     }  # a token budget gives fewer steps to bigger batches
     code, out, _ = _run_inline(capsys, "conf=smoke", "--cfg")
     assert code == 0 and "scientific:" in out
+
+
+def test_ctrl_c_exits_130_and_the_same_command_finishes_the_study(
+    tmp_path: Path, compile_cache: str
+) -> None:
+    run_dir = tmp_path / "i"
+    common = ["run", "conf=smoke", "parallelism=2", "budget.max_steps=60", f"run_dir={run_dir}"]
+    args = [SWEEP, *common, *FAST, f"train.compile_cache_dir={compile_cache}"]
+    proc = subprocess.Popen(
+        args,
+        env=_env(compile_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    _wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 2)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err.decode()
+    assert b"Traceback" not in err
+    res = sweep(common, cache=compile_cache)
+    assert res.returncode == 0, res.stderr
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
