@@ -432,3 +432,27 @@ def test_ctrl_c_exits_130_and_the_same_command_finishes_the_study(
     res = sweep(common, cache=compile_cache)
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+
+
+def test_confirm_seeds_rerun_the_best_values_with_new_seeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "s"
+    code, _, err = _run_inline(
+        capsys,
+        "conf=smoke",
+        "budget.trials_per_point=2",
+        "budget.confirm_seeds=2",
+        "pruner.name=none",
+        f"run_dir={run_dir}",
+    )
+    assert code == 0, err
+    for label, trials in optuna_trials(run_dir, "smoke").items():
+        assert len(trials) == 4, label
+        tune = [t for t in trials if t.user_attrs["kind"] == "tune"]
+        confirm = [t for t in trials if t.user_attrs["kind"] == "confirm"]
+        best = min((t for t in tune if t.state == TrialState.COMPLETE), key=lambda t: t.value)
+        assert [t.params for t in confirm] == [best.params, best.params]
+        assert sorted(t.user_attrs["seed"] for t in confirm) == [1, 2]
+    records = [r for rs in trials_of(run_dir).values() for r in rs if r["kind"] == "confirm"]
+    assert len(records) == 4 and {r["seed"] for r in records} == {1, 2}
