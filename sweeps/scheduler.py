@@ -44,6 +44,10 @@ from sweeps.trials import (
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Optuna's own handler keeps the stderr object it first saw; propagating to the root
+# logger (whose last-resort handler writes to the current sys.stderr) is sturdier.
+optuna.logging.disable_default_handler()
+optuna.logging.enable_propagation()
 TRIAL_STATES = ("complete", "pruned", "diverged", "failed")
 
 
