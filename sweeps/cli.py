@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     from sweeps.formats.cli import add_format_commands
 
     add_format_commands(sub)
+    from analysis.report_cli import add_report_command
+
+    add_report_command(sub)
     try:
         from analysis.fit_cli import add_fit_commands
     except ImportError:  # analysis not available in a trimmed install
@@ -84,6 +87,17 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         from sweeps.status_cmd import print_status
 
         return print_status(args.run_dir, args.json)
+    if args.command == "report":
+        import json
+
+        from analysis.report_cli import ReportInputError, run_report
+
+        try:
+            result = run_report(args)
+        except ReportInputError as exc:
+            raise UsageError(str(exc)) from None
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+        return 0
     if args.command in ("export", "import"):
         from sweeps.formats.cli import run_export, run_import
 

@@ -1,0 +1,112 @@
+"""Figures of a study: each is a pure function of the analysis returning a typed record
+(a frozen dataclass holding the data drawn) and a thin drawing function.
+
+:func:`build` makes every record the study supports; :func:`draw` turns one into a
+matplotlib Figure; :func:`render` writes them all as deterministic PNGs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import xarray as xr
+
+from analysis.figures import ablation, curves, lr, steps, style
+from analysis.study import StudyAnalysis
+
+__all__ = ["FIGURES", "build", "draw", "render"]
+
+# name → (record builder, drawer, caption); the order is the report's order.
+FIGURES: dict[str, tuple[Callable[[StudyAnalysis, xr.Dataset], Any], Callable[[Any], Any], str]]
+FIGURES = {
+    "steps_vs_batch": (
+        steps.steps_vs_batch,
+        steps.draw_steps_vs_batch,
+        "Steps to the target vs batch size (log–log) with the S(B) fit, perfect scaling, "
+        "B_crit and its 95% interval; ▲ marks batch sizes that never reached the target "
+        "(at the horizon they were censored at); small dots are individual trials, bars the "
+        "range over confirm seeds.",
+    ),
+    "steps_vs_examples": (
+        steps.tradeoff,
+        steps.draw_tradeoff,
+        "The steps–examples trade-off: each batch size's steps and examples to the target, "
+        "with the fitted hyperbola; ★ is B = B_crit.",
+    ),
+    "bcrit_vs_target": (
+        steps.bcrit_vs_target,
+        steps.draw_bcrit_vs_target,
+        "B_crit refitted at several target losses from the stored curves, with the power "
+        "law B_crit(L) = B*/L^(1/α_B).",
+    ),
+    "best_curves": (
+        curves.best_curves,
+        curves.draw_best_curves,
+        "Eval loss vs step of the best trial of every point.",
+    ),
+    "loss_steps_tokens": (
+        curves.loss_steps_tokens,
+        curves.draw_loss_steps_tokens,
+        "Sequence length: eval loss of each point's best trial vs steps and vs tokens.",
+    ),
+    "noise_scale": (
+        curves.noise_scale,
+        curves.draw_noise_scale,
+        "Gradient noise scale B_simple over training (best trial of each point) beside "
+        "B_crit at the study target.",
+    ),
+    "objective_vs_lr": (
+        lr.objective_vs_lr,
+        lr.draw_objective_vs_lr,
+        "Objective vs peak learning rate per batch size; ★ the smoothed optimum η*, × trials "
+        "that diverged or failed.",
+    ),
+    "lr_heatmap": (
+        lr.lr_heatmap,
+        lr.draw_lr_heatmap,
+        "Best objective in each batch size × learning-rate cell.",
+    ),
+    "lr_vs_batch": (
+        lr.lr_law,
+        lr.draw_lr_law,
+        "Optimal learning rate vs batch size with η*(B) = c·B^α (solid over the batch sizes "
+        "it was fitted on, below B_crit) and the linear and square-root rules.",
+    ),
+    "best_so_far": (
+        ablation.best_so_far_figure,
+        ablation.draw_best_so_far,
+        "Ablation: best objective after n trials per variant; the band is the 95% bootstrap "
+        "interval of the best of n randomly drawn trials.",
+    ),
+}
+
+
+def build(a: StudyAnalysis, ds: xr.Dataset) -> dict[str, Any]:
+    """Every figure record the study supports, by name, in report order."""
+    out = {}
+    for name, (builder, _, _) in FIGURES.items():
+        rec = builder(a, ds)
+        if rec is not None:
+            out[name] = rec
+    return out
+
+
+def draw(name: str, record: Any) -> Any:
+    """The matplotlib Figure of one record (log axes labelled with plain numbers)."""
+    with style.context():
+        fig = FIGURES[name][1](record)
+        for ax in fig.axes:
+            style.plain_ticks(ax)
+        return fig
+
+
+def render(records: dict[str, Any], outdir: Path) -> dict[str, bytes]:
+    """Draw and write every record as ``outdir/<name>.png``; returns name → PNG bytes."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, rec in records.items():
+        fig = draw(name, rec)
+        out[name] = style.save_png(fig, outdir / f"{name}.png")
+    return out

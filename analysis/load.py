@@ -1,0 +1,576 @@
+"""A run directory → one ``xarray.Dataset`` with dims (trial, step), and its NetCDF file.
+
+The run directory is the contract of docs/run-dir.md. The dataset holds:
+
+- dims ``trial`` (ids ``<point label>/<n>``, ordered by point as in study.json, then by
+  trial number) and ``step`` (the union of every trial's logged steps);
+- one float data variable per metric of metrics.jsonl (NaN where a trial has no record
+  of it at that step);
+- per-trial coordinates: ``point``, ``number``, ``kind`` (tune/confirm), ``seed``,
+  ``state``, ``running`` (no final status yet), ``objective``, ``attempts``, ``started``,
+  ``ended`` (trial.json); every scalar field of status.json (``steps_done``,
+  ``steps_to_target``, ``steps_to_target_interp``, ``best_eval_loss``,
+  ``final_eval_loss``, ``tokens_per_step``, ``examples_per_step``, ``flops_per_step`` …)
+  under its own name, or ``status_<name>`` when the name is taken (``status_wall_s``,
+  the trial's total wall time; ``status_state``); one coordinate per scientific,
+  nuisance and fixed parameter, named by its alias, or ``param_<alias>`` when the alias
+  is taken (``param_lr``, beside the logged ``lr`` metric) — each carries ``role``,
+  ``path`` and ``alias`` attributes, and ``attrs["parameters"]`` lists them all;
+- the derived 2-D coordinates ``tokens`` and ``examples`` = step × per-step count (the
+  logged value where one was logged);
+- attributes: ``study``, ``objective_kind``, ``target_loss`` (absent without a
+  target), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
+  run.json has no end time), trial counts.
+
+Strings are numpy unicode arrays and flags are bool, so the dataset written by
+:func:`save` reads back identical (:func:`open_results`).
+
+``analysis.load`` is the function :func:`load` (exported by the package); import the
+module's other names with ``from analysis.load import …``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+__all__ = [
+    "FINAL_STATES",
+    "RunDirError",
+    "load",
+    "open_results",
+    "parameters",
+    "read_json",
+    "save",
+]
+
+SCHEMA = "stepscale.results/v1"
+FINAL_STATES = frozenset({"complete", "pruned", "diverged", "failed"})
+# Metric names of the contract; reserved even when no trial logged them, so that the name
+# of a parameter or status coordinate does not depend on which metrics happen to exist.
+KNOWN_METRICS = (
+    "train_loss",
+    "eval_loss",
+    "lr",
+    "grad_norm",
+    "update_norm",
+    "param_norm",
+    "tokens",
+    "examples",
+    "wall_s",
+    "steps_per_s",
+    "noise_scale",
+)
+# Metrics that become the derived (trial, step) coordinates instead of data variables.
+DERIVED = {"tokens": "tokens_per_step", "examples": "examples_per_step"}
+TRIAL_FIELDS = (
+    "point",
+    "number",
+    "kind",
+    "seed",
+    "state",
+    "running",
+    "objective",
+    "attempts",
+    "started",
+    "ended",
+)
+# Status fields always present as coordinates (NaN when no trial has them yet).
+STATUS_FIELDS = (
+    "steps_done",
+    "steps_to_target",
+    "steps_to_target_interp",
+    "best_eval_loss",
+    "final_eval_loss",
+    "tokens_per_step",
+    "examples_per_step",
+    "flops_per_step",
+    "wall_s",
+)
+UNITS = {
+    "step": "steps",
+    "steps_done": "steps",
+    "steps_to_target": "steps",
+    "steps_to_target_interp": "steps",
+    "tokens": "tokens",
+    "examples": "sequences",
+    "tokens_per_step": "tokens",
+    "examples_per_step": "sequences",
+    "flops_per_step": "FLOPs",
+    "wall_s": "s",
+    "status_wall_s": "s",
+}
+
+
+# Below this many trials a process pool costs more than it saves.
+_PARALLEL_MIN_TRIALS = 200
+
+
+class RunDirError(ValueError):
+    """A run directory that is missing, holds no trials, or has an unreadable file."""
+
+
+def read_json(path: Path, *, required: bool = False) -> Any:
+    """A JSON file's content; None when absent and not ``required``; RunDirError if bad."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if required:
+            raise RunDirError(f"{path} is missing") from None
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"cannot read {path}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunDirError(f"{path} is not valid JSON: {exc}") from None
+
+
+# --------------------------------------------------------------------- metrics.jsonl
+
+
+def _parse_lines(path: Path, text: str) -> list[dict[str, Any]]:
+    """Line-by-line parse; a cut-short last line (a live or crashed writer) is skipped."""
+    lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    out = []
+    for k, (n, line) in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if k == len(lines) - 1:
+                break
+            raise RunDirError(f"{path}, line {n}: not valid JSON") from None
+        if not isinstance(rec, dict):
+            raise RunDirError(f"{path}, line {n}: not a JSON object")
+        out.append(rec)
+    return out
+
+
+def _read_records(path: Path) -> list[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"cannot read {path}: {exc}") from None
+    body = text.strip()
+    if not body:
+        return []
+    try:
+        # One parse of the whole file as a JSON array is several times faster than one
+        # json.loads per line; anything unusual falls back to the careful path.
+        return json.loads("[" + body.replace("\n", ",") + "]")
+    except json.JSONDecodeError:
+        return _parse_lines(path, text)
+
+
+def _metric_columns(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(sorted unique steps, metric → float values at those steps) of one metrics file."""
+    recs = _read_records(path)
+    if not all(map(dict.__instancecheck__, recs)):
+        recs = _parse_lines(path, path.read_text(encoding="utf-8"))
+    if not recs:
+        return np.empty(0, np.int64), {}
+    # Records of one writer share a few key layouts: convert each layout as one 2-D array.
+    layouts = list(map(tuple, recs))
+    codes = {lay: k for k, lay in enumerate(dict.fromkeys(layouts))}
+    code = np.fromiter(map(codes.__getitem__, layouts), dtype=np.int64, count=len(layouts))
+    n = len(recs)
+    cols: dict[str, np.ndarray] = {}
+    for keys, k in codes.items():
+        idx = np.flatnonzero(code == k)
+        rows = list(map(tuple, map(dict.values, map(recs.__getitem__, idx.tolist()))))
+        try:
+            block = np.array(rows, dtype=float)
+        except (TypeError, ValueError):
+            block = _safe_block(rows, len(keys))
+        for j, key in enumerate(keys):
+            if key not in cols:
+                cols[key] = np.full(n, np.nan)
+            cols[key][idx] = block[:, j]
+    steps = cols.pop("step", np.full(n, np.nan))
+    keep = np.isfinite(steps)
+    if not keep.any():
+        return np.empty(0, np.int64), {}
+    # The last record of a step wins (a resumed writer never duplicates, but be safe).
+    pos = np.flatnonzero(keep)
+    uniq, first_in_reversed = np.unique(steps[pos][::-1], return_index=True)
+    pick = pos[::-1][first_in_reversed]
+    out = {k: v[pick] for k, v in cols.items() if not np.isnan(v).all() or _numeric(recs, k)}
+    return uniq.astype(np.int64), out
+
+
+def _safe_block(rows: list[tuple[Any, ...]], width: int) -> np.ndarray:
+    """Rows with non-numeric cells: those cells become NaN."""
+    block = np.full((len(rows), width), np.nan)
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            if isinstance(v, (int, float)):
+                block[i, j] = v
+    return block
+
+
+def _numeric(recs: list[dict[str, Any]], key: str) -> bool:
+    """Whether any record holds ``key`` as a number or null (an all-null metric is kept)."""
+    return any(key in r and (r[key] is None or isinstance(r[key], (int, float))) for r in recs)
+
+
+# ------------------------------------------------------------------------- columns
+
+
+def _column(values: Sequence[Any]) -> np.ndarray:
+    """A typed 1-D array: int64, float64 (None → NaN), bool, or unicode (None → "")."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return np.full(len(values), np.nan)
+    if all(isinstance(v, bool) for v in present) and len(present) == len(values):
+        return np.array(values, dtype=bool)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        if len(present) == len(values):
+            return np.array(values, dtype=np.int64)
+        return np.array([math.nan if v is None else v for v in values], dtype=float)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return np.array([math.nan if v is None else v for v in values], dtype=float)
+    text = ["" if v is None else v if isinstance(v, str) else _text(v) for v in values]
+    return np.array(text, dtype=str)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _unique_name(name: str, taken: set[str], prefix: str) -> str:
+    out = name if name not in taken else f"{prefix}_{name}"
+    while out in taken:
+        out = f"{prefix}_{out}"
+    taken.add(out)
+    return out
+
+
+# -------------------------------------------------------------------------- trials
+
+
+@dataclass
+class _Trial:
+    id: str
+    point: str
+    number: int
+    info: dict[str, Any]
+    status: dict[str, Any]
+    steps: np.ndarray
+    metrics: dict[str, np.ndarray]
+
+
+def _trial_dirs(root: Path) -> list[Path]:
+    trials = root / "trials"
+    if not trials.is_dir():
+        return []
+    out = []
+    for point in trials.iterdir():
+        if not point.is_dir():
+            continue
+        for tdir in point.iterdir():
+            if tdir.is_dir() and any(
+                (tdir / f).exists() for f in ("trial.json", "status.json", "metrics.jsonl")
+            ):
+                out.append(tdir)
+    return out
+
+
+def _read_trial(tdir: Path) -> _Trial:
+    info = read_json(tdir / "trial.json") or {}
+    status = read_json(tdir / "status.json") or {}
+    if not isinstance(info, dict) or not isinstance(status, dict):
+        raise RunDirError(f"{tdir}: trial.json and status.json must hold JSON objects")
+    point = str(info.get("point") or tdir.parent.name)
+    number = info.get("number")
+    if not isinstance(number, int):
+        try:
+            number = int(tdir.name)
+        except ValueError:
+            raise RunDirError(f"{tdir}: no trial number in trial.json or folder name") from None
+    steps, metrics = _metric_columns(tdir / "metrics.jsonl")
+    tid = str(info.get("trial") or f"{point}/{number}")
+    return _Trial(tid, point, number, info, status, steps, metrics)
+
+
+def _read_chunk(dirs: list[Path]) -> list[_Trial]:
+    return [_read_trial(d) for d in dirs]
+
+
+def _read_trials(dirs: list[Path]) -> list[_Trial]:
+    """Read every trial; many trials are parsed in forked worker processes.
+
+    Parsing JSON dominates loading; forked workers share nothing but the list of folders.
+    Fork is only used when this process runs a single thread (forking a threaded
+    process can deadlock); otherwise, or when no pool can be made, parse here.
+    """
+    workers = min(os.cpu_count() or 1, 8)
+    if len(dirs) < _PARALLEL_MIN_TRIALS or workers < 2 or threading.active_count() > 1:
+        return _read_chunk(dirs)
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        return _read_chunk(dirs)
+    n_chunks = workers * 4
+    chunks = [dirs[i::n_chunks] for i in range(n_chunks)]
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            parts = list(pool.map(_read_chunk, chunks))
+    except (OSError, BrokenProcessPool):
+        return _read_chunk(dirs)
+    return [t for part in parts for t in part]
+
+
+def _state(t: _Trial) -> str:
+    state = t.info.get("state") or t.status.get("state") or "running"
+    return str(state)
+
+
+def _per_step(t: _Trial, status_key: str, metric: str) -> float:
+    """A per-step count from status.json, else inferred from the logged running total."""
+    v = t.status.get(status_key)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    total = t.metrics.get(metric)
+    if total is None:
+        return math.nan
+    ok = (t.steps > 0) & np.isfinite(total)
+    if not ok.any():
+        return math.nan
+    i = np.flatnonzero(ok)[-1]
+    return float(total[i] / t.steps[i])
+
+
+# ------------------------------------------------------------------------ the loader
+
+
+def _axes(study: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """alias → (role, path) from space.json's parameters and study.json's lists."""
+    out: dict[str, tuple[str, str]] = {}
+    for p in space.get("parameters", []) or []:
+        if isinstance(p, Mapping) and "name" in p:
+            out[str(p["name"])] = (str(p.get("role", "")), str(p.get("path", "")))
+    for role in ("nuisance", "fixed", "scientific"):
+        for s in study.get(role, []) or []:
+            if isinstance(s, Mapping) and "name" in s:
+                out[str(s["name"])] = (role, str(s.get("path", "")))
+    return out
+
+
+def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
+    """Read every trial of a run directory into a Dataset with dims (trial, step).
+
+    See the module docstring for the variables, coordinates and attributes. Running
+    trials (no final state) are included and marked by ``running``. Raises
+    :class:`RunDirError` for a missing directory, no trials, or an unreadable file.
+    """
+    import xarray as xr  # imported here: `analysis` is imported by every `sweep` command
+
+    root = Path(run_dir)
+    if not root.exists():
+        raise RunDirError(f"run directory {root} does not exist")
+    if not root.is_dir():
+        raise RunDirError(f"run directory {root} is not a directory")
+    study = read_json(root / "study.json") or {}
+    space = read_json(root / "space.json") or {}
+    run = read_json(root / "run.json")
+    dirs = _trial_dirs(root)
+    if not dirs:
+        raise RunDirError(f"run directory {root} holds no trials (nothing under {root}/trials/)")
+    trials = _read_trials(dirs)
+    order = {
+        str(p.get("label")): i
+        for i, p in enumerate(study.get("points", []) or [])
+        if isinstance(p, Mapping)
+    }
+    trials.sort(key=lambda t: (order.get(t.point, len(order)), t.point, t.number))
+    ids = [t.id for t in trials]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        raise RunDirError(f"run directory {root}: duplicate trial ids {dupes[:5]}")
+
+    all_steps = (
+        np.unique(np.concatenate([t.steps for t in trials]))
+        if any(t.steps.size for t in trials)
+        else np.empty(0, np.int64)
+    )
+    metric_names = sorted({k for t in trials for k in t.metrics})
+    n_t, n_s = len(trials), all_steps.size
+    grids = {k: np.full((n_t, n_s), np.nan) for k in metric_names}
+    for i, t in enumerate(trials):
+        idx = np.searchsorted(all_steps, t.steps)
+        for k, v in t.metrics.items():
+            grids[k][i, idx] = v
+
+    taken = {"trial", "step", *TRIAL_FIELDS}
+    data_vars: dict[str, Any] = {}
+    for k in metric_names:
+        if k in DERIVED:
+            continue
+        name = _unique_name(k, taken, "metric")
+        data_vars[name] = (("trial", "step"), grids[k], _unit_attrs(k))
+    taken |= set(KNOWN_METRICS)
+
+    states = [_state(t) for t in trials]
+    coords: dict[str, Any] = {
+        "trial": ("trial", np.array(ids, dtype=str)),
+        "step": ("step", all_steps.astype(np.int64), _unit_attrs("step")),
+        "point": ("trial", np.array([t.point for t in trials], dtype=str)),
+        "number": ("trial", np.array([t.number for t in trials], dtype=np.int64)),
+        "kind": ("trial", np.array([str(t.info.get("kind") or "tune") for t in trials], str)),
+        "seed": ("trial", _column([_scalar(t.info.get("seed")) for t in trials])),
+        "state": ("trial", np.array(states, dtype=str)),
+        "running": ("trial", np.array([s not in FINAL_STATES for s in states], dtype=bool)),
+        "objective": ("trial", _float_column([t.info.get("objective") for t in trials])),
+        "attempts": ("trial", _column([_scalar(t.info.get("attempts")) for t in trials])),
+        "started": ("trial", _str_column([t.info.get("started") for t in trials])),
+        "ended": ("trial", _str_column([t.info.get("ended") for t in trials])),
+    }
+
+    axes = _axes(study, space)
+    params_meta = []
+    for role in ("scientific", "nuisance", "fixed"):
+        aliases = list(
+            dict.fromkeys(
+                [a for a, (r, _) in axes.items() if r == role]
+                + [a for t in trials for a in (t.info.get(role) or {})]
+            )
+        )
+        for alias in aliases:
+            values = [_param_value(t, role, alias, study) for t in trials]
+            name = _unique_name(alias, taken, "param")
+            path = axes.get(alias, ("", ""))[1]
+            attrs = {"role": role, "path": path, "alias": alias}
+            coords[name] = ("trial", _column(values), attrs)
+            params_meta.append({"name": alias, "coord": name, "role": role, "path": path})
+
+    status_keys = list(STATUS_FIELDS) + sorted(
+        {k for t in trials for k, v in t.status.items() if _is_scalar(v)} - set(STATUS_FIELDS)
+    )
+    for key in status_keys:
+        name = _unique_name(key, taken, "status")
+        values = [_scalar(t.status.get(key)) for t in trials]
+        if key in ("tokens_per_step", "examples_per_step"):
+            metric = "tokens" if key == "tokens_per_step" else "examples"
+            col: np.ndarray = np.array([_per_step(t, key, metric) for t in trials])
+        else:
+            col = _column(values)
+        coords[name] = ("trial", col, _unit_attrs(name))
+
+    for metric, per_step_key in DERIVED.items():
+        per = np.asarray(coords[per_step_key][1], dtype=float)
+        derived = all_steps[None, :] * per[:, None]
+        if metric in grids:
+            logged = np.isfinite(grids[metric])
+            derived = np.where(logged, grids[metric], derived)
+        coords[metric] = (("trial", "step"), derived, _unit_attrs(metric))
+
+    n_running = sum(s not in FINAL_STATES for s in states)
+    ended = run.get("ended") if isinstance(run, Mapping) else None
+    partial = n_running > 0 or (isinstance(run, Mapping) and ended is None)
+    objective = study.get("objective") or {}
+    attrs: dict[str, Any] = {
+        "schema": SCHEMA,
+        "study": str(study.get("name") or root.resolve().name),
+        "objective_kind": str(objective.get("kind") or ""),
+        "scientific": json.dumps(study.get("scientific") or [], sort_keys=True),
+        "parameters": json.dumps(params_meta, sort_keys=True),
+        "partial": int(partial),
+        "n_trials": n_t,
+        "n_running": int(n_running),
+        "created": str(study.get("created") or ""),
+        "run_started": str((run or {}).get("started") or ""),
+        "run_ended": str(ended or ""),
+    }
+    target = objective.get("target_loss")
+    if isinstance(target, (int, float)) and not isinstance(target, bool):
+        attrs["target_loss"] = float(target)
+    return xr.Dataset(data_vars=data_vars, coords=coords, attrs=attrs)
+
+
+def _unit_attrs(name: str) -> dict[str, str]:
+    return {"units": UNITS[name]} if name in UNITS else {}
+
+
+def _is_scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _scalar(v: Any) -> Any:
+    return v if _is_scalar(v) else _text(v)
+
+
+def _float_column(values: Iterable[Any]) -> np.ndarray:
+    return np.array(
+        [
+            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+            for v in values
+        ],
+        dtype=float,
+    )
+
+
+def _str_column(values: Iterable[Any]) -> np.ndarray:
+    return np.array(["" if v is None else str(v) for v in values], dtype=str)
+
+
+def _param_value(t: _Trial, role: str, alias: str, study: Mapping[str, Any]) -> Any:
+    group = t.info.get(role) or {}
+    if alias in group:
+        return _scalar(group[alias])
+    if role == "scientific":
+        for p in study.get("points", []) or []:
+            if isinstance(p, Mapping) and p.get("label") == t.point:
+                return _scalar((p.get("values") or {}).get(alias))
+    return None
+
+
+# ------------------------------------------------------------------- NetCDF and meta
+
+
+def save(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
+    """Write ``ds`` as NetCDF (engine h5netcdf) atomically; returns the path.
+
+    The (trial, step) arrays are mostly NaN (trials log at different steps and stop at
+    different horizons): zlib level 1 makes the file ~7× smaller for little time.
+    """
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp")
+    encoding = {
+        name: {"zlib": True, "complevel": 1}
+        for name, v in ds.variables.items()
+        if v.ndim == 2 and v.dtype.kind == "f"
+    }
+    ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
+    os.replace(tmp, p)
+    return p
+
+
+def open_results(path: str | os.PathLike[str]) -> xr.Dataset:
+    """Read a dataset written by :func:`save` fully into memory."""
+    import xarray as xr
+
+    return xr.load_dataset(path, engine="h5netcdf")
+
+
+def parameters(ds: xr.Dataset, role: str | None = None) -> list[dict[str, str]]:
+    """The parameter coordinates of a loaded dataset: name (alias), coord, role, path."""
+    meta = json.loads(ds.attrs.get("parameters", "[]"))
+    return [m for m in meta if role is None or m["role"] == role]

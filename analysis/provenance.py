@@ -1,0 +1,152 @@
+"""Provenance of a report: what ran, where, with what, and how it ended.
+
+Everything comes from the run directory — run.json (written by the orchestrator at run
+time: command, start/end, package versions including JAX, devices, git, storage),
+config.yaml, space.json, study.json — and from the loaded Dataset (trial counts, seeds).
+The analysis never imports JAX. Every string is passed through :func:`redact` (again:
+the orchestrator already redacts), so a password in a storage URL or a command line
+never reaches a report file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from analysis.load import read_json
+
+__all__ = ["provenance", "redact", "redact_all"]
+
+SCHEMA = "stepscale.provenance/v1"
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<pw>[^@\s/]*)@")
+_KEY_PASSWORD = re.compile(
+    r"(?P<key>\b(?:password|passwd|pwd|secret|token)\s*[=:]\s*)(?P<value>[^\s&;,'\"]+)",
+    re.IGNORECASE,
+)
+_REPORT_PACKAGES = ("stepscale", "numpy", "scipy", "xarray", "h5netcdf", "h5py", "matplotlib")
+
+
+def redact(text: str) -> str:
+    """Replace passwords: ``postgresql://user:secret@host`` → ``postgresql://user:***@host``
+    and ``password=secret`` → ``password=***``."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:***@", text)
+    return _KEY_PASSWORD.sub(lambda m: f"{m['key']}***", text)
+
+
+def redact_all(obj: Any) -> Any:
+    """:func:`redact` applied to every string (keys too) of a JSON-like structure."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, Mapping):
+        return {redact(str(k)): redact_all(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_all(v) for v in obj]
+    return obj
+
+
+def _config(path: Path) -> Any:
+    """config.yaml as a JSON-like structure (via OmegaConf, which reads 1e-4 as a float);
+    its text when it does not parse; None when absent."""
+    if not path.exists():
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # an unparsable config is still worth recording verbatim
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+
+def _dig(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(cfg, Mapping) or part not in cfg:
+            return None
+        cfg = cfg[part]
+    return cfg
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in _REPORT_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _counts(values: np.ndarray) -> dict[str, int]:
+    uniq, n = np.unique(values.astype(str), return_counts=True)
+    return {str(u): int(k) for u, k in zip(uniq, n, strict=True)}
+
+
+def _seeds(ds: xr.Dataset, kind: str) -> list[Any]:
+    seeds = ds["seed"].values[ds["kind"].values == kind]
+    if seeds.dtype.kind == "f":
+        seeds = seeds[np.isfinite(seeds)]
+    return sorted({s.item() for s in seeds})
+
+
+def provenance(run_dir: Path, ds: xr.Dataset, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The content of provenance.json (keys sorted when written); ``extra`` is merged in
+    under ``report`` (targets, fit settings)."""
+    run = read_json(run_dir / "run.json")
+    run = run if isinstance(run, Mapping) else {}
+    study = read_json(run_dir / "study.json")
+    space = read_json(run_dir / "space.json")
+    cfg = _config(run_dir / "config.yaml")
+    versions = run.get("versions") if isinstance(run.get("versions"), Mapping) else {}
+    missing = [
+        f
+        for f in ("run.json", "study.json", "space.json", "config.yaml")
+        if not (run_dir / f).exists()
+    ]
+    states = ds["state"].values
+    by_point = {
+        p: _counts(states[ds["point"].values == p])
+        for p in dict.fromkeys(ds["point"].values.tolist())
+    }
+    out = {
+        "schema": SCHEMA,
+        "study": ds.attrs.get("study"),
+        "partial": bool(ds.attrs.get("partial", 0)),
+        "command": run.get("command"),
+        "sessions": run.get("sessions"),
+        "started": run.get("started"),
+        "ended": run.get("ended"),
+        "versions": versions,
+        "python": versions.get("python"),
+        "jax": versions.get("jax"),
+        "devices": run.get("devices"),
+        "platform": run.get("platform"),
+        "host": run.get("host"),
+        "git": run.get("git"),
+        "storage": run.get("storage"),
+        "config": cfg,
+        "space": space,
+        "study_json": study,
+        "seeds": {
+            "sampler": _dig(cfg, "sampler.seed"),
+            "train": _dig(cfg, "train.seed"),
+            "tune_trials": _seeds(ds, "tune"),
+            "confirm_trials": _seeds(ds, "confirm"),
+        },
+        "trials": {
+            "total": int(ds.sizes["trial"]),
+            "by_state": _counts(states),
+            "by_kind": _counts(ds["kind"].values),
+            "by_point": by_point,
+        },
+        "missing_files": missing,
+        "report": {**dict(extra), "environment": _versions()},
+    }
+    return redact_all(out)

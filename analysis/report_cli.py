@@ -1,0 +1,62 @@
+"""`sweep report RUN_DIR [--target L …]`: the report of a study, as files in RUN_DIR/report/.
+
+The `sweep` entry point registers the command with :func:`add_report_command` and calls
+:func:`run_report`, which returns a small JSON-ready summary or raises
+:class:`ReportInputError` (missing run dir, no trials, unreadable files, bad targets),
+which the CLI turns into exit code 2. Importing this module is cheap (registering the
+command does not load xarray or matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from analysis.load import RunDirError
+
+__all__ = ["ReportInputError", "add_report_command", "run_report"]
+
+
+class ReportInputError(ValueError):
+    """Bad input to `sweep report`: missing run dir, no trials, unreadable file, bad option."""
+
+
+def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``report`` (positional RUN_DIR, repeatable ``--target L``); returns its parser."""
+    p = subparsers.add_parser(
+        "report",
+        help="fits, figures and provenance of a study → RUN_DIR/report/",
+        description=(
+            "Analyse a study's run directory: steps to target per batch size, the S(B) fit "
+            "and critical batch size (also at other --target losses, from the stored "
+            "curves), optimal LR vs batch size, noise scale, ablation tables; writes "
+            "index.html, report.md, fits.json, results.nc, steps_to_target.csv, "
+            "provenance.json and figures/*.png into RUN_DIR/report/."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the study's run directory")
+    p.add_argument(
+        "--target",
+        type=float,
+        action="append",
+        default=[],
+        metavar="L",
+        help="also analyse steps to eval loss < L (repeatable)",
+    )
+    return p
+
+
+def run_report(args: argparse.Namespace) -> dict[str, Any]:
+    """Write the report of ``args.run_dir``; return {report_dir, files, figures, partial, …}."""
+    targets = list(getattr(args, "target", None) or [])
+    bad = [t for t in targets if not math.isfinite(t)]
+    if bad:
+        raise ReportInputError(f"--target must be a finite number, got {bad[0]}")
+    from analysis.report import write_report  # heavy (xarray, matplotlib): only when run
+
+    try:
+        result = write_report(args.run_dir, targets)
+    except RunDirError as exc:
+        raise ReportInputError(f"report: {exc}") from None
+    return result.to_dict()
