@@ -10,8 +10,12 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# submitit configures logging on import (logging.config.dictConfig), which closes every
+# existing handler: absl's (imported with jax) holds the stream pytest captured at that
+# moment, and closing it breaks pytest's capture for the rest of the session.
+os.environ.setdefault("SUBMITIT_LOG_LEVEL", "NOCONFIG")
 
-import pytest
+import pytest  # noqa: E402
 
 _CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
 
