@@ -35,6 +35,7 @@ import json
 import math
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -322,7 +323,10 @@ def _read_trials(dirs: list[Path]) -> list[_Trial]:
     process can deadlock); otherwise, or when no pool can be made, parse here.
     """
     workers = min(os.cpu_count() or 1, 8)
-    if len(dirs) < _PARALLEL_MIN_TRIALS or workers < 2 or threading.active_count() > 1:
+    # JAX (if something in this process imported it) runs native threads that
+    # threading.active_count() does not see; forking then risks a deadlock.
+    threaded = threading.active_count() > 1 or "jax" in sys.modules
+    if len(dirs) < _PARALLEL_MIN_TRIALS or workers < 2 or threaded:
         return _read_chunk(dirs)
     try:
         ctx = multiprocessing.get_context("fork")

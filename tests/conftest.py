@@ -15,7 +15,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # moment, and closing it breaks pytest's capture for the rest of the session.
 os.environ.setdefault("SUBMITIT_LOG_LEVEL", "NOCONFIG")
 
-import pytest  # noqa: E402
+import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -205,10 +206,18 @@ def test_package_exports() -> None:
     assert callable(load) and callable(load_table)
 
 
-def test_parallel_parse_gives_the_same_dataset(
-    study: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    module = sys.modules["analysis.load"]  # `analysis.load` is the function
-    sequential = analysis.load(study)
-    monkeypatch.setattr(module, "_PARALLEL_MIN_TRIALS", 1)
-    xr.testing.assert_identical(analysis.load(study), sequential)
+def test_parallel_parse_gives_the_same_dataset(study: Path) -> None:
+    # In a fresh process without JAX (forking is refused once JAX's threads exist).
+    script = (
+        "import sys, xarray as xr, analysis\n"
+        "module = sys.modules['analysis.load']\n"
+        "sequential = analysis.load(sys.argv[1])\n"
+        "module._PARALLEL_MIN_TRIALS = 1\n"
+        "assert 'jax' not in sys.modules\n"
+        "xr.testing.assert_identical(analysis.load(sys.argv[1]), sequential)\n"
+        "print('identical')\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", script, str(study)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and "identical" in res.stdout, res.stderr
