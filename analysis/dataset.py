@@ -33,6 +33,7 @@ __all__ = [
     "best_trials",
     "choose_targets",
     "curves",
+    "cut_levels",
     "eval_horizon",
     "point_rows",
     "study_axes",
@@ -157,13 +158,16 @@ def _round_sig(x: float, digits: int = 3) -> float:
 
 def choose_targets(
     ds: xr.Dataset, axes: StudyAxes, given: Sequence[float] = ()
-) -> tuple[float | None, tuple[float, ...], bool]:
-    """(primary target, all targets ascending, whether some were chosen automatically).
+) -> tuple[float | None, tuple[float, ...], tuple[float, ...]]:
+    """(primary target, all targets ascending, the ones chosen automatically).
 
     The primary target is the study's ``target_loss``, else the first given one. With
     fewer than three targets and a batch-size axis, targets are added between the
     loss every point's best tune trial reaches and the median initial eval loss (5, 15,
-    30 and 50% of the way up), so B_crit can be fitted against the target.
+    30 and 50% of the way up), so B_crit can be fitted against the target. They are
+    candidates: the analysis keeps only those whose S(B) fit is well-posed. Curves cut
+    at a target (``stop_at_target``) end at it, so every automatic target is then
+    easier than the study's.
     """
     study_target = ds.attrs.get("target_loss")
     explicit = [float(t) for t in ([study_target] if study_target is not None else [])]
@@ -191,7 +195,25 @@ def choose_targets(
                     if t > low and all(abs(t - e) > 0.05 * abs(e) for e in explicit)
                 ]
     primary = explicit[0] if explicit else (auto[len(auto) // 2] if auto else None)
-    return primary, tuple(sorted({*explicit, *auto})), bool(auto)
+    return primary, tuple(sorted({*explicit, *auto})), tuple(sorted(auto))
+
+
+def cut_levels(ds: xr.Dataset) -> np.ndarray:
+    """Per trial, the loss its run was stopped at (``stop_at_target``: status reason
+    "target reached", at the trial's ``target_loss``), else NaN. Such a curve ends at
+    its first evaluation below that loss: harder targets cannot be measured on it."""
+    n = ds.sizes["trial"]
+    if "reason" not in ds.coords or "target_loss" not in ds.coords:
+        return np.full(n, np.nan)
+    reason = ds["reason"].values.astype(str)
+    level = np.array(
+        [
+            float(v) if isinstance(v, (int, float, np.integer, np.floating)) else math.nan
+            for v in ds["target_loss"].values.tolist()
+        ],
+        dtype=float,
+    )
+    return np.where(reason == "target reached", level, np.nan)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Block", "code", "fig", "heading", "para", "table", "to_html", "to_markdown"]
+__all__ = [
+    "Block",
+    "code",
+    "fig",
+    "heading",
+    "numeric_columns",
+    "para",
+    "table",
+    "to_html",
+    "to_markdown",
+]
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,20 @@ def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+# A cell reads as a number: "1,234", "-0.5", "2.1e+10", "4/8", "[1, 2]", "27.5 [17, 42]".
+_NUMERIC = re.compile(r"^\[?[-+−]?(\d|\.\d)")
+
+
+def numeric_columns(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[bool, ...]:
+    """Per column, whether every filled cell reads as a number (aligned right); text
+    columns are aligned left. A column without filled cells counts as text."""
+    out = []
+    for j in range(len(headers)):
+        cells = [r[j] for r in rows if j < len(r) and r[j].strip() not in ("", "—")]
+        out.append(bool(cells) and all(_NUMERIC.match(c) for c in cells))
+    return tuple(out)
+
+
 def to_markdown(blocks: Sequence[Block]) -> str:
     """Markdown (GitHub flavour); figures link to ``figures/<name>.png``."""
     out: list[str] = []
@@ -83,8 +107,9 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             if b.text:
                 out.append(f"*{b.text}*")
                 out.append("")
+            num = numeric_columns(b.headers, b.rows)
             out.append("| " + " | ".join(_md_cell(h) for h in b.headers) + " |")
-            out.append("|" + "|".join("---" for _ in b.headers) + "|")
+            out.append("|" + "|".join("--:" if n else "---" for n in num) + "|")
             out.extend("| " + " | ".join(_md_cell(c) for c in r) + " |" for r in b.rows)
         elif b.kind == "figure":
             out.append(f"![{b.name}](figures/{b.name}.png)")
@@ -102,13 +127,15 @@ def to_markdown(blocks: Sequence[Block]) -> str:
 
 _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
-       max-width: 1100px; padding: 0 1em; color: #222; line-height: 1.45; }
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { font-size: 1.6em; border-bottom: 2px solid #ddd; padding-bottom: .3em; }
 h2 { font-size: 1.25em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
 h3 { font-size: 1.05em; margin-top: 1.4em; }
-table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: .85em; }
-th, td { border: 1px solid #ddd; padding: .25em .55em; text-align: right; }
-th { background: #f4f6f8; } td:first-child, th:first-child { text-align: left; }
+.tbl { overflow-x: auto; max-width: 100%; margin: .6em 0 1.2em; }
+table { border-collapse: collapse; font-size: .85em; }
+th, td { border: 1px solid #ddd; padding: .25em .5em; text-align: left; vertical-align: top; }
+th { background: #f4f6f8; vertical-align: bottom; } th.n, td.n { text-align: right; }
+td.n { white-space: nowrap; font-variant-numeric: tabular-nums; }
 caption { caption-side: top; text-align: left; font-style: italic; padding: .2em 0; }
 figure { margin: 1em 0 1.8em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #444; max-width: 900px; }
@@ -150,12 +177,23 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             label = {"warning": "Warning: ", "partial": "PARTIAL: "}.get(b.style, "")
             out.append(f"<p{cls}>{_h(label + b.text)}</p>")
         elif b.kind == "table":
-            out.append("<table>")
+            cls = [' class="n"' if n else "" for n in numeric_columns(b.headers, b.rows)]
+            out.append('<div class="tbl"><table>')
             if b.text:
                 out.append(f"<caption>{_h(b.text)}</caption>")
-            out.append("<tr>" + "".join(f"<th>{_h(h)}</th>" for h in b.headers) + "</tr>")
-            out.extend("<tr>" + "".join(f"<td>{_h(c)}</td>" for c in r) + "</tr>" for r in b.rows)
-            out.append("</table>")
+            if any(h.strip() for h in b.headers):
+                out.append(
+                    "<tr>"
+                    + "".join(f"<th{c}>{_h(h)}</th>" for c, h in zip(cls, b.headers, strict=True))
+                    + "</tr>"
+                )
+            out.extend(
+                "<tr>"
+                + "".join(f"<td{c}>{_h(v)}</td>" for c, v in zip(cls, r, strict=True))
+                + "</tr>"
+                for r in b.rows
+            )
+            out.append("</table></div>")
         elif b.kind == "figure":
             data = base64.b64encode(b.png).decode("ascii")
             out.append(

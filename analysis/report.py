@@ -39,7 +39,7 @@ from analysis import figures
 from analysis.document import Block, code, fig, heading, para, table, to_html, to_markdown
 from analysis.load import load, parameters, save
 from analysis.provenance import provenance, redact
-from analysis.study import FitSettings, StudyAnalysis, analyze
+from analysis.study import DROPPED, FitSettings, StudyAnalysis, analyze
 
 __all__ = ["CSV_COLUMNS", "ReportResult", "steps_table", "write_report"]
 
@@ -211,7 +211,7 @@ def _points_table(a: StudyAnalysis) -> Block:
         "reached",
         f"steps to {t}",
         "examples to target (sequences)",
-        "tokens to target",
+        "tokens to target (tokens)",
         "FLOPs to target",
         "wall to target (s)",
         "best objective",
@@ -338,55 +338,96 @@ def _fit_section(a: StudyAnalysis) -> list[Block]:
     return out
 
 
+def _target_kind(a: StudyAnalysis, t: float) -> str:
+    if t == a.target:
+        return "study target" if a.target not in a.automatic else "primary (automatic)"
+    return "automatic" if t in a.automatic else "given (--target)"
+
+
 def _targets_section(a: StudyAnalysis) -> list[Block]:
-    rows = []
+    rows: list[tuple[str, float, list[str]]] = []
     laws = []
     for g in a.groups:
-        if g.at_targets is None:
+        at = g.at_targets
+        if at is None:
             continue
-        for t, f in g.at_targets.fits.items():
+        for t, f in at.fits.items():
+            problem = at.flagged.get(t)
             rows.append(
-                [
+                (
                     g.group,
-                    _g(t),
-                    _g(f.b_crit),
-                    _ci(f.b_crit_ci),
-                    _g(f.s_min),
-                    str(f.n_points),
-                    ", ".join(_batch(b) for b in f.not_reached) or "none",
-                ]
+                    t,
+                    [
+                        g.group,
+                        _g(t),
+                        _target_kind(a, t),
+                        _g(f.b_crit),
+                        _ci(f.b_crit_ci),
+                        _g(f.s_min),
+                        str(f.n_points),
+                        ", ".join(_batch(b) for b in f.not_reached) or "none",
+                        "well-posed" if problem is None else f"not well-posed: {problem}",
+                    ],
+                )
             )
-        for t, reason in g.at_targets.skipped.items():
-            rows.append([g.group, _g(t), "—", "—", "—", "0", f"not fitted: {reason}"])
-        law = g.at_targets.law
+        for t, reason in at.skipped.items():
+            status = (
+                f"dropped: {reason[len(DROPPED) :]}"
+                if reason.startswith(DROPPED)
+                else f"not fitted: {reason}"
+            )
+            rows.append(
+                (g.group, t, [g.group, _g(t), _target_kind(a, t), "—", "—", "—", "—", "—", status])
+            )
+        prefix = "" if g.group == "all" else f"{g.group}: "
+        law = at.law
         if law is not None:
             laws.append(
                 para(
-                    f"{g.group}: B_crit(L) = B*·L^slope with B* = {_g(law.b_star)}, slope = "
+                    f"{prefix}B_crit(L) = B*·L^slope with B* = {_g(law.b_star)}, slope = "
                     f"{_g(law.slope, 3)} {_ci(law.slope_ci, 3)}, α_B = {_g(law.alpha_b, 3)} "
-                    f"({law.n_points} targets)."
+                    f"(fitted on the {law.n_points} well-posed targets "
+                    f"{', '.join(_g(t) for t in law.targets)})."
                 )
             )
+        elif at.law_note:
+            laws.append(para(prefix + at.law_note + ".", "note"))
     if not rows:
         return []
-    rows.sort(key=lambda r: (r[0], float(r[1])))
-    return [
-        heading("B_crit vs target loss"),
+    rows.sort(key=lambda r: (r[0], r[1]))
+    out = [heading("B_crit vs target loss")]
+    if a.n_cut:
+        out.append(
+            para(
+                f"The curves were cut at the target: {a.n_cut} trials stopped on reaching eval "
+                f"loss {', '.join(_g(c) for c in a.cut_at)} (stop_at_target), so no harder "
+                f"target can be measured; only easier targets are available here.",
+                "warning",
+            )
+        )
+    out += [
         table(
             [
                 "group",
                 "target",
+                "kind",
                 "B_crit (sequences)",
                 "95% interval",
                 "S_min (steps)",
                 "batch sizes fitted",
                 "not reached",
+                "status",
             ],
-            rows,
-            "S(B) refitted at each target from the stored eval-loss curves",
+            [r[2] for r in rows],
+            "S(B) refitted at each target from the stored eval-loss curves. Only well-posed "
+            "fits enter the figure and B_crit(L): at least 3 batch sizes reaching the target "
+            "after their 2nd evaluation, B_crit not at the bound of the fit, a 95% interval "
+            "within a factor 10, curves not cut before the target. Automatic targets that "
+            "fail are dropped, given ones are flagged.",
         ),
         *laws,
     ]
+    return out
 
 
 def _lr_section(a: StudyAnalysis) -> list[Block]:
@@ -619,11 +660,17 @@ def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
     uniq, counts = np.unique(states, return_counts=True)
     by_state = ", ".join(f"{k} {v}" for k, v in zip(uniq.tolist(), counts.tolist(), strict=True))
     tgt = "none" if a.target is None else f"{a.target:g}"
+    dropped = ""
+    if a.dropped:
+        dropped = (
+            f" (automatic targets {', '.join(f'{t:g}' for t in sorted(a.dropped))} dropped: "
+            f"S(B) not well-posed there)"
+        )
     out = [
         para(
             f"Objective: {a.objective_kind or '—'}; target eval loss {tgt}; "
             f"{len(a.points)} points, {ds.sizes['trial']} trials ({by_state}). "
-            f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}."
+            f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}{dropped}."
         )
     ]
     for g in a.groups:

@@ -8,6 +8,11 @@ the gradient noise scale B_simple of each point's best trial, and the spread of 
 to target over confirm seeds. An ablation table compares the variants of a categorical
 scientific axis. Fits a study cannot support are skipped with a note saying why.
 
+B_crit vs target uses only targets whose S(B) fit is well-posed
+(:func:`analysis.fits.steps.target_problems`): automatic targets that are not are dropped
+(listed with the reason), given ones are kept and flagged. Trials stopped at a target
+(``stop_at_target``) have curves that end there: harder targets are unknown on them.
+
 The S(B) fits use the same defaults as ``sweep fit steps`` (overhead 0.2, 1000 bootstrap
 replicates, seed 0, smallest batch size as B0), so ``steps_to_target.csv`` gives the
 same numbers through that command.
@@ -16,7 +21,7 @@ same numbers through that command.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +37,7 @@ from analysis.dataset import (
     best_trials,
     choose_targets,
     curves,
+    cut_levels,
     point_rows,
     study_axes,
     trial_groups,
@@ -91,6 +97,12 @@ class GroupFits:
             return None
         return self.at_targets.fits.get(float(target))
 
+    def problem_at(self, target: float | None) -> str | None:
+        """Why the S(B) fit at ``target`` is not well-posed (None if it is, or if not fitted)."""
+        if self.at_targets is None or target is None:
+            return None
+        return self.at_targets.flagged.get(float(target))
+
 
 @dataclass(frozen=True)
 class StudyAnalysis:
@@ -101,6 +113,10 @@ class StudyAnalysis:
     target: float | None
     targets: tuple[float, ...]
     auto_targets: bool
+    automatic: tuple[float, ...]
+    dropped: Mapping[float, str]
+    cut_at: tuple[float, ...]
+    n_cut: int
     partial: bool
     axes: StudyAxes
     trial_group: np.ndarray
@@ -121,6 +137,12 @@ class StudyAnalysis:
             prefix = "" if g.group == "all" else f"{g.group}: "
             if fit is not None:
                 out += [prefix + w for w in fit.warnings]
+                problem = g.problem_at(self.target)
+                if problem:
+                    out.append(
+                        f"{prefix}the S(B) fit at the target {self.target:g} is not "
+                        f"well-posed: {problem}"
+                    )
         if self.ablation is not None:
             out += list(self.ablation.warnings)
         return tuple(out)
@@ -147,6 +169,13 @@ class StudyAnalysis:
             "target": _jsonable(t),
             "targets": _jsonable(self.targets),
             "automatic_targets": self.auto_targets,
+            "automatic_targets_kept": _jsonable([t for t in self.automatic if t in self.targets]),
+            "dropped_targets": [
+                {"target": _jsonable(t), "reason": r} for t, r in sorted(self.dropped.items())
+            ],
+            "stop_at_target": (
+                {"losses": _jsonable(self.cut_at), "n_trials": self.n_cut} if self.n_cut else None
+            ),
             "settings": self.settings.to_dict(),
             "points": [p.to_dict() for p in self.points],
             "steps": {"target": _jsonable(t), "groups": steps_groups},
@@ -159,7 +188,11 @@ class StudyAnalysis:
                 ],
             },
             "bcrit_vs_target": {
-                "groups": [_targets_dict(g) for g in self.groups if g.at_targets is not None]
+                "groups": [
+                    _targets_dict(g, self.automatic)
+                    for g in self.groups
+                    if g.at_targets is not None
+                ]
             },
             "optimal_lr": {
                 "groups": [
@@ -199,8 +232,9 @@ class StudyAnalysis:
         }
 
 
-def _targets_dict(g: GroupFits) -> dict[str, Any]:
-    assert g.at_targets is not None
+def _targets_dict(g: GroupFits, automatic: Sequence[float]) -> dict[str, Any]:
+    at = g.at_targets
+    assert at is not None
     rows = [
         {
             "target": _jsonable(t),
@@ -210,15 +244,43 @@ def _targets_dict(g: GroupFits) -> dict[str, Any]:
             "e_min": _jsonable(f.e_min),
             "n_points": f.n_points,
             "not_reached": f.to_dict()["not_reached"],
+            "automatic": t in automatic,
+            "well_posed": t not in at.flagged,
+            "problem": at.flagged.get(t),
         }
-        for t, f in g.at_targets.fits.items()
+        for t, f in at.fits.items()
     ]
     return {
         "group": g.group,
         "targets": rows,
-        "skipped": [{"target": _jsonable(t), "reason": r} for t, r in g.at_targets.skipped.items()],
-        "law": None if g.at_targets.law is None else g.at_targets.law.to_dict(),
+        "skipped": [
+            {"target": _jsonable(t), "reason": r, "automatic": t in automatic}
+            for t, r in at.skipped.items()
+        ],
+        "well_posed_targets": _jsonable(at.well_posed),
+        "law": None if at.law is None else at.law.to_dict(),
+        "law_note": at.law_note,
     }
+
+
+DROPPED = "automatic target dropped, its S(B) fit is not well-posed: "
+
+
+def _drop_automatic(at: BcritAtTargets, drop: set[float]) -> BcritAtTargets:
+    """``at`` without the automatic targets in ``drop`` that were flagged: they move to
+    ``skipped`` with the reason (the law, fitted on well-posed targets only, is unchanged)."""
+    gone = [t for t in at.fits if t in drop and t in at.flagged]
+    if not gone:
+        return at
+    skipped = dict(at.skipped)
+    for t in gone:
+        skipped[t] = DROPPED + at.flagged[t]
+    return replace(
+        at,
+        fits={t: f for t, f in at.fits.items() if t not in gone},
+        skipped=dict(sorted(skipped.items())),
+        flagged={t: r for t, r in at.flagged.items() if t not in gone},
+    )
 
 
 def usable_objective(ds: xr.Dataset) -> np.ndarray:
@@ -249,11 +311,14 @@ def _steps_fits(
         tune = sel
     result = steps_to_result(x[tune], ts.steps[target][tune], ts.horizon[tune])
     cv = curves(ds, tune)
-    batch = dict(zip(ds["trial"].values[tune].tolist(), x[tune].tolist(), strict=True))
+    ids = ds["trial"].values[tune].tolist()
+    batch = dict(zip(ids, x[tune].tolist(), strict=True))
+    cut = {t: c for t, c in zip(ids, cut_levels(ds)[tune].tolist(), strict=True) if c == c}
     at = bcrit_at_targets(
         cv,
         batch,
         list(targets),
+        cut_at=cut,
         overhead=settings.overhead,
         n_boot=settings.n_boot,
         seed=settings.seed,
@@ -329,6 +394,39 @@ def _seeds(
     return spread_over_seeds(x[conf], values[conf])
 
 
+def _dropped_targets(fits: Sequence[GroupFits], droppable: set[float]) -> dict[float, str]:
+    """Automatic targets fitted well-posed in no group → the reason (per group when several)."""
+    out: dict[float, str] = {}
+    ats = [g for g in fits if g.at_targets is not None]
+    for t in sorted(droppable):
+        if not ats or any(t in g.at_targets.fits for g in ats):  # type: ignore[union-attr]
+            continue
+        reasons = []
+        for g in ats:
+            r = g.at_targets.skipped.get(t, "")  # type: ignore[union-attr]
+            r = r[len(DROPPED) :] if r.startswith(DROPPED) else r
+            reasons.append(r if len(ats) == 1 else f"{g.group}: {r}")
+        out[t] = "; ".join(reasons)
+    return out
+
+
+def _targets_note(auto: Sequence[float], dropped: Mapping[float, str]) -> str:
+    kept = [t for t in auto if t not in dropped]
+    text = (
+        "automatic targets (between the loss every point reaches and the initial loss; "
+        "pass --target to choose your own): "
+    )
+    text += ", ".join(f"{t:g}" for t in kept) + " kept" if kept else "none kept"
+    if dropped:
+        text += (
+            "; "
+            + ", ".join(f"{t:g}" for t in sorted(dropped))
+            + " dropped because their S(B) fit is not well-posed (reasons under B_crit vs "
+            "target loss and in fits.json)"
+        )
+    return text
+
+
 def analyze(
     ds: xr.Dataset, targets: Sequence[float] = (), settings: FitSettings | None = None
 ) -> StudyAnalysis:
@@ -354,13 +452,19 @@ def analyze(
         )
     if target is None:
         notes.append("no target loss (none in the study and no --target): steps to target skipped")
-    elif auto:
+    cut = cut_levels(ds)
+    cut_at = tuple(sorted(set(cut[np.isfinite(cut)].tolist())))
+    n_cut = int(np.isfinite(cut).sum())
+    if n_cut:
+        levels = ", ".join(f"{c:g}" for c in cut_at)
         notes.append(
-            "targets "
-            + ", ".join(f"{t:g}" for t in all_targets)
-            + " include automatic ones between the loss every point reaches and the "
-            "initial loss; pass --target to choose them"
+            f"curves cut at the target: {n_cut} of {ds.sizes['trial']} trials were stopped on "
+            f"reaching eval loss {levels} (stop_at_target), so their eval-loss curves end at "
+            f"their first evaluation below it. Steps to a harder target (below {min(cut_at):g}) "
+            f"cannot be measured on them; B_crit vs target can only use easier targets, which "
+            f"the runs reach after few evaluations"
         )
+    target_note = len(notes)
     if "eval_loss" not in ds:
         notes.append("no eval_loss logged: steps to target cannot be computed")
     if "noise_scale" not in ds:
@@ -370,6 +474,7 @@ def analyze(
 
     x = _num(ds, axes.x.coord) if axes.x is not None else np.full(ds.sizes["trial"], np.nan)
     fits = []
+    droppable = {t for t in auto if t != target}
     for g in dict.fromkeys(groups.tolist()):
         sel = groups == g
         gnotes: list[str] = []
@@ -377,6 +482,8 @@ def analyze(
         error = None
         if axes.batch is not None and target is not None and "eval_loss" in ds:
             result, at, error = _steps_fits(ds, sel, x, ts, target, all_targets, settings)
+            if at is not None:
+                at = _drop_automatic(at, droppable)
         elif axes.batch is None and target is not None and axes.x is not None:
             tune = sel & (ds["kind"].values == "tune")
             result = steps_to_result(x[tune], ts.steps[target][tune], ts.horizon[tune])
@@ -404,6 +511,11 @@ def analyze(
             )
         )
 
+    dropped = _dropped_targets(fits, droppable)
+    kept = tuple(t for t in all_targets if t not in dropped)
+    if auto:
+        notes.insert(target_note, _targets_note(auto, dropped))
+
     abl = None
     if axes.variant is not None:
         rows = (ds["kind"].values == "tune") & np.isin(ds["state"].values, list(FINAL_STATES))
@@ -421,8 +533,12 @@ def analyze(
         study=str(ds.attrs.get("study", "")),
         objective_kind=str(ds.attrs.get("objective_kind", "")),
         target=target,
-        targets=all_targets,
-        auto_targets=auto,
+        targets=kept,
+        auto_targets=bool(auto),
+        automatic=auto,
+        dropped=dropped,
+        cut_at=cut_at,
+        n_cut=n_cut,
         partial=bool(ds.attrs.get("partial", 0)),
         axes=axes,
         trial_group=groups,

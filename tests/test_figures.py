@@ -123,3 +123,16 @@ def test_ablation_best_so_far(tmp_path: Path) -> None:
             assert np.all(np.asarray(ln.lo) <= np.asarray(ln.hi))
     fig = figures.draw("best_so_far", rec)
     assert all(x == "trials" for x, _ in _labels(fig))
+
+
+def test_long_legends_do_not_cover_the_data(study: tuple[StudyAnalysis, xr.Dataset]) -> None:
+    a, ds = study
+    recs = figures.build(a, ds)
+    # One line per point fills the noise-scale axes: its legend goes below them.
+    fig = figures.draw("noise_scale", recs["noise_scale"])
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1
+    # The optimal-LR axis covers the measured optima, not the reference rules' extremes.
+    lr = figures.draw("lr_vs_batch", recs["lr_vs_batch"])
+    lo, hi = lr.axes[0].get_ylim()
+    opt = [v for s in recs["lr_vs_batch"].series for v in s.lr_opt]
+    assert lo <= min(opt) and hi >= max(opt) and hi / lo <= 9 * max(opt) / min(opt) * 1.001

@@ -244,6 +244,55 @@ def test_steps_at_target_and_bcrit_at_targets() -> None:
     strict_json(out.to_dict())
 
 
+def _evaluated(curves: dict, every: float, cut: float | None = None) -> dict:
+    """The synthetic curves as a trainer logs them: evaluated every ``every`` steps from
+    step 0 (loss 4), and with ``cut`` stopped at the first evaluation below it."""
+    out = {}
+    for trial, (steps, levels) in curves.items():
+        at = np.arange(0.0, float(steps.max()), every)
+        loss = np.interp(at, np.concatenate([[0.0], steps]), np.concatenate([[4.0], levels]))
+        if cut is not None:
+            below = np.flatnonzero(loss < cut)
+            at, loss = at[: below[0] + 1], loss[: below[0] + 1]
+        out[trial] = (at, loss)
+    return out
+
+
+def test_bcrit_at_targets_flags_targets_the_evaluations_cannot_resolve() -> None:
+    curves, batch, _, alpha_b = _synthetic_curves()
+    ev = _evaluated(curves, 10.0)
+    out = bcrit_at_targets(ev, batch, [1.5, 2.0, 3.0, 3.9], interpolated=True, n_boot=200)
+    # L = 3.9 is reached within 2 evaluations (≤ 20 steps) at most batch sizes.
+    assert set(out.fits) == {1.5, 2.0, 3.0, 3.9} and set(out.flagged) == {3.9}
+    assert "first 2 evaluations" in out.flagged[3.9]
+    assert out.well_posed == (1.5, 2.0, 3.0)
+    assert out.law is not None and out.law.targets == (1.5, 2.0, 3.0)
+    assert out.law.alpha_b == pytest.approx(alpha_b, rel=0.1)
+    d = out.to_dict()
+    assert [f["well_posed"] for f in d["fits"]] == [True, True, True, False]
+    strict_json(d)
+    # With fewer well-posed targets than the law needs: no law, and a note saying so.
+    two = bcrit_at_targets(ev, batch, [2.0, 3.0, 3.9], n_boot=200)
+    assert two.law is None and "2 here (2, 3)" in (two.law_note or "")
+    # Everything reached at the first evaluation (B ≥ 256: never evaluated after step 0):
+    # flat S(B), B_crit at the bound of the fit.
+    coarse = bcrit_at_targets(_evaluated(curves, 400.0), batch, [3.9], n_boot=0)
+    problem = coarse.flagged[3.9]
+    assert "at 6 of 6 batch sizes" in problem and "not identified" in problem
+
+
+def test_bcrit_at_targets_with_curves_cut_at_a_target() -> None:
+    curves, batch, _, _ = _synthetic_curves()
+    cut = _evaluated(curves, 10.0, cut=2.0)
+    stopped = dict.fromkeys(cut, 2.0)
+    out = bcrit_at_targets(cut, batch, [1.5, 2.0, 3.0], cut_at=stopped, n_boot=100)
+    # Below the cut every run is unknown (stopped), not censored: skipped, saying why.
+    assert set(out.skipped) == {1.5} and "stop_at_target" in out.skipped[1.5]
+    assert set(out.fits) == {2.0, 3.0} and not out.flagged
+    # Without cut_at the same curves look censored at their last evaluation.
+    assert "stop_at_target" not in bcrit_at_targets(cut, batch, [1.5], n_boot=0).skipped[1.5]
+
+
 def test_spread_over_seeds_and_noise_scale_summary() -> None:
     spread = spread_over_seeds([64, 64, 64, 128, 128], [100, 120, math.nan, 50, 70])
     assert spread.batch_sizes == (64.0, 128.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -305,3 +306,155 @@ def test_a_copied_run_dir_renders_the_same(
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("report"))
     report(str(copy))
     assert snapshot(copy / "report") == first
+
+
+# ------------------------------------------- curves cut at the target (stop_at_target)
+
+CUT_S_MIN, CUT_B_CRIT, CUT_TARGET, PLATEAU = 400.0, 64.0, 2.0, 2.4
+
+
+def _cut_at_target(run: Path, spec: Spec) -> None:
+    """Rewrite a synthetic run dir as a `stop_at_target: true` study with fast early loss.
+
+    Every trial's loss drops from 4.0 at step 0 to the plateau 2.4 before its first
+    evaluation, then falls linearly to the target 2.0 at τ = m·S_min(1 + B_crit/B), so
+    steps to any L in (2.0, 2.4) are ∝ τ (B_crit = 64 there too) while every target
+    above 2.4 is reached at the first evaluation at every batch size (S(B) flat: B_crit
+    unidentified). Runs stop at their first evaluation below 2.0, as the trainer does.
+    """
+    study = json.loads((run / "study.json").read_text())
+    study["objective"]["stop_at_target"] = True
+    (run / "study.json").write_text(json.dumps(study, indent=2, sort_keys=True) + "\n")
+    for tdir in sorted((run / "trials").glob("*/*")):
+        info = json.loads((tdir / "trial.json").read_text())
+        status = json.loads((tdir / "status.json").read_text())
+        if status["state"] != "complete":
+            continue
+        batch = info["scientific"]["batch_size"]
+        mult = spec.lr_multipliers[info["number"]]
+        tau = (1 + 0.25 * math.log(mult) ** 2) * CUT_S_MIN * (1 + CUT_B_CRIT / batch)
+        lines = []
+        for line in (tdir / "metrics.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            if rec["step"] > 0 and rec.get("eval_loss") is not None:
+                rec["eval_loss"] = PLATEAU - (PLATEAU - CUT_TARGET) * rec["step"] / tau
+            lines.append(rec)
+            if rec.get("eval_loss") is not None and rec["eval_loss"] < CUT_TARGET:
+                break
+        (tdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        last = lines[-1]
+        evals = [r["eval_loss"] for r in lines if r.get("eval_loss") is not None]
+        reached = last["eval_loss"] < CUT_TARGET
+        status.update(
+            steps_done=last["step"],
+            steps_to_target=last["step"] if reached else None,
+            best_eval_loss=min(evals),
+            final_eval_loss=evals[-1],
+            reason="target reached" if reached else "horizon reached",
+        )
+        (tdir / "status.json").write_text(json.dumps(status, indent=2, sort_keys=True) + "\n")
+        info["objective"] = float(last["step"]) if reached else info["objective"]
+        (tdir / "trial.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture(scope="module")
+def cut_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    spec = Spec(s_min=CUT_S_MIN, b_crit=CUT_B_CRIT, target=CUT_TARGET)
+    run = make_run_dir(tmp_path_factory.mktemp("cut") / "run", spec)
+    _cut_at_target(run, spec)
+    return run
+
+
+def test_cut_curves_keep_only_well_posed_automatic_targets(cut_run: Path) -> None:
+    run = cut_run
+    summary = report(str(run))
+    f = fits(run)
+    # Automatic candidates 2.1, 2.3, 2.6, 3: above the plateau (2.4) every batch size
+    # reaches the target at its first evaluation, so S(B) is flat there.
+    assert f["targets"] == summary["targets"] == [2.0, 2.1, 2.3]
+    assert f["stop_at_target"] == {"losses": [2.0], "n_trials": 42 - 7}  # diverged ones ran on
+    assert f["automatic_targets_kept"] == [2.1, 2.3]
+    dropped = {d["target"]: d["reason"] for d in f["dropped_targets"]}
+    assert set(dropped) == {2.6, 3.0}
+    for reason in dropped.values():
+        assert "first 2 evaluations at 7 of 7 batch sizes" in reason
+        assert "not identified" in reason
+    (g,) = f["bcrit_vs_target"]["groups"]
+    rows = {r["target"]: r for r in g["targets"]}
+    assert set(rows) == {2.0, 2.1, 2.3} and all(r["well_posed"] for r in rows.values())
+    for r in rows.values():  # B_crit = 64 at every target between the plateau and 2.0
+        assert r["b_crit"] == pytest.approx(CUT_B_CRIT, rel=0.15)
+    skipped = {s["target"]: s for s in g["skipped"]}
+    assert set(skipped) == {2.6, 3.0} and all(s["automatic"] for s in skipped.values())
+    # B_crit(L) on the well-posed targets only: flat, as built (the dropped targets'
+    # B_crit at the fit's lower bound would have made the slope ≪ −10).
+    law = g["law"]
+    assert law["targets"] == [2.0, 2.1, 2.3] and law["n_points"] == 3
+    assert abs(law["slope"]) < 1.5
+    md = (run / "report" / "report.md").read_text()
+    assert "stop_at_target" in md and "no harder target can be measured" in md
+    assert "dropped: reached within the first 2 evaluations" in md
+    assert f["steps"]["groups"][0]["b_crit"] == pytest.approx(CUT_B_CRIT, rel=0.15)
+    assert not f["warnings"]
+    header = (run / "report" / "steps_to_target.csv").read_text().splitlines()[0]
+    assert "steps_at_2.3" in header and "steps_at_2.6" not in header
+    assert "bcrit_vs_target" in summary["figures"]
+
+
+def test_too_few_well_posed_targets_give_no_law(cut_run: Path) -> None:
+    summary = report(str(cut_run), "--target", "2.2", "--target", "3")
+    f = fits(cut_run)
+    assert f["automatic_targets"] is False and f["targets"] == [2.0, 2.2, 3.0]
+    (g,) = f["bcrit_vs_target"]["groups"]
+    assert g["well_posed_targets"] == [2.0, 2.2] and g["law"] is None
+    assert "at least 3 targets with a well-posed S(B) fit; 2 here (2, 2.2)" in g["law_note"]
+    md = (cut_run / "report" / "report.md").read_text()
+    assert "B_crit(L) not fitted" in md and "α_B =" not in md
+    assert "bcrit_vs_target" in summary["figures"]  # the two B_crit, without a law
+
+
+def test_given_targets_on_cut_curves_are_reported_and_flagged(cut_run: Path) -> None:
+    run = cut_run
+    summary = report(str(run), "--target", "1.9", "--target", "3")
+    f = fits(run)
+    assert summary["targets"] == [1.9, 2.0, 3.0]  # given targets are never dropped
+    (g,) = f["bcrit_vs_target"]["groups"]
+    rows = {r["target"]: r for r in g["targets"]}
+    skipped = {s["target"]: s for s in g["skipped"]}
+    # Harder than the cut: the curves end before it, so steps to 1.9 are unknown.
+    assert set(skipped) == {1.9} and not skipped[1.9]["automatic"]
+    assert "stop_at_target" in skipped[1.9]["reason"] and "unknown" in skipped[1.9]["reason"]
+    # Easier than the plateau: fitted, but flagged and kept out of the law.
+    assert rows[3.0]["well_posed"] is False and rows[3.0]["automatic"] is False
+    assert "first 2 evaluations" in rows[3.0]["problem"]
+    assert rows[3.0]["b_crit"] < 1e-3  # the degenerate value is shown, flagged
+    assert rows[2.0]["well_posed"] and g["well_posed_targets"] == [2.0]
+    assert g["law"] is None and "1 here (2)" in g["law_note"]
+    assert "bcrit_vs_target" not in summary["figures"]  # one well-posed B_crit: no figure
+    md = (run / "report" / "report.md").read_text()
+    assert "not well-posed: reached within the first 2 evaluations" in md
+    assert "given (--target)" in md
+
+
+def test_cut_report_renders_identically(cut_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(cut_run, copy, ignore=shutil.ignore_patterns("report"))
+    report(str(copy))
+    first = snapshot(copy / "report")
+    report(str(copy))
+    assert snapshot(copy / "report") == first
+
+
+def test_html_tables_align_numbers_right_and_text_left() -> None:
+    from analysis.document import numeric_columns, table, to_html, to_markdown
+
+    t = table(
+        ["point", "steps", "B_crit", "status"],
+        [["b=4", "1,650", "27.5 [17.4, 42.5]", "well-posed"], ["b=8", "—", "—", "dropped"]],
+    )
+    assert numeric_columns(t.headers, t.rows) == (False, True, True, False)
+    html = to_html([t, table(["", ""], [["command", "sweep run"]])], "t")
+    assert '<td class="n">1,650</td>' in html and "<td>well-posed</td>" in html
+    assert "<th></th>" not in html  # a table without headers has no empty header row
+    assert html.count('<div class="tbl"><table>') == 2  # wide tables scroll, not overflow
+    assert "|---|--:|--:|---|" in to_markdown([t])

@@ -38,8 +38,9 @@ FIGURES = {
     "bcrit_vs_target": (
         steps.bcrit_vs_target,
         steps.draw_bcrit_vs_target,
-        "B_crit refitted at several target losses from the stored curves, with the power "
-        "law B_crit(L) = B*/L^(1/α_B).",
+        "B_crit refitted at several target losses from the stored curves (only targets "
+        "whose S(B) fit is well-posed), with the power law B_crit(L) = B*/L^(1/α_B) when "
+        "at least 3 of them allow it.",
     ),
     "best_curves": (
         curves.best_curves,

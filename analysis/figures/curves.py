@@ -169,14 +169,19 @@ def noise_scale(a: StudyAnalysis, ds: xr.Dataset) -> NoiseScale | None:
 
 def draw_noise_scale(rec: NoiseScale) -> Any:
     """Draw B_simple vs step per point and B_crit (with its interval) as horizontal bands."""
-    fig, axes = style.figure()
+    rows = -(-(len(rec.curves) + len(rec.b_crit)) // 4)
+    fig, axes = style.figure(height=4.2 + 0.2 * rows)
     ax = axes[0][0]
     _lines(ax, rec.curves)
     for i, (group, b, lo, hi) in enumerate(rec.b_crit):
         c = style.color(i + 1)
         name = "" if group == "all" else f" ({group})"
         ax.axhline(
-            b, color=c, lw=1.2, ls="-.", label=f"B_crit{name} at loss {rec.target:g}: {b:.4g}"
+            b,
+            color=c,
+            lw=1.2,
+            ls="-.",
+            label=f"B_crit{name} at loss {rec.target:g}: {b:.4g} sequences",
         )
         if math.isfinite(lo) and math.isfinite(hi):
             ax.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
@@ -184,5 +189,6 @@ def draw_noise_scale(rec: NoiseScale) -> Any:
     ax.set_xlabel(style.STEPS)
     ax.set_ylabel("B_simple (sequences)")
     ax.set_title("Gradient noise scale B_simple of each point's best trial")
-    ax.legend(loc="best", fontsize=7)
+    # The curves fill the axes: the legend goes below them.
+    style.legend(fig, ax, True, ncols=4, fontsize=7)
     return fig

@@ -335,6 +335,10 @@ def draw_lr_law(rec: LRLawFigure) -> Any:
                 )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    # The reference rules would stretch the axis far beyond the measured optima.
+    opt = [v for s in rec.series for v in s.lr_opt if math.isfinite(v) and v > 0]
+    if opt:
+        ax.set_ylim(min(opt) / 3, max(opt) * 3)
     ax.set_xlabel(style.BATCH)
     ax.set_ylabel("optimal peak learning rate η*")
     ax.set_title("Optimal learning rate vs batch size")

@@ -270,15 +270,16 @@ class BcritVsTarget:
 
 
 def bcrit_vs_target(a: StudyAnalysis, ds: xr.Dataset) -> BcritVsTarget | None:
-    """The record of the B_crit-vs-target figure (None with no fitted target)."""
+    """The record of the B_crit-vs-target figure: the well-posed targets of each group
+    with at least two of them (None when no group has two)."""
     del ds
     if a.target is None:
         return None
     series = []
     for g in a.groups:
-        if g.at_targets is None or not g.at_targets.fits:
+        if g.at_targets is None or len(g.at_targets.well_posed) < 2:
             continue
-        fits = g.at_targets.fits
+        fits = {t: g.at_targets.fits[t] for t in g.at_targets.well_posed}
         ts = tuple(fits)
         law = g.at_targets.law
         grid: tuple[float, ...] = ()
@@ -335,8 +336,14 @@ def draw_bcrit_vs_target(rec: BcritVsTarget) -> Any:
     ax.axvline(rec.primary, color="0.5", lw=0.8, ls="--", label=f"study target {rec.primary:g}")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    xs = [t for s in rec.series for t in s.targets] + [rec.primary]
+    pad = max((max(xs) / min(xs)) ** 0.08, 1.01)  # keep end points off the spines
+    ax.set_xlim(min(xs) / pad, max(xs) * pad)
     ax.set_xlabel("target eval loss")
     ax.set_ylabel("B_crit (sequences)")
-    ax.set_title("Critical batch size vs target loss")
+    title = "Critical batch size vs target loss (well-posed targets)"
+    if not any(s.law for s in rec.series):
+        title += "\ntoo few targets for the power law"
+    ax.set_title(title)
     style.legend(fig, ax, many)
     return fig

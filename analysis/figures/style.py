@@ -104,13 +104,14 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4
     return fig, axes
 
 
-def legend(fig: Any, ax: Any, outside: bool) -> None:
-    """The legend inside ``ax``, or below the plot (for long legends) when ``outside``."""
+def legend(fig: Any, ax: Any, outside: bool, ncols: int = 2, **kwargs: Any) -> None:
+    """The legend inside ``ax``, or below the plot (for long legends, or where lines
+    fill the whole axes) when ``outside``."""
     if outside:
         handles, labels = ax.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=2)
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols, **kwargs)
     else:
-        ax.legend(loc="best")
+        ax.legend(loc="best", **kwargs)
 
 
 @functools.cache

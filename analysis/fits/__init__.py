@@ -21,6 +21,7 @@ from analysis.fits.steps import (
     spread_over_seeds,
     steps_at_target,
     steps_to_result,
+    target_problems,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "spread_over_seeds",
     "steps_at_target",
     "steps_to_result",
+    "target_problems",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "spread_over_seeds",
     "steps_at_target",
     "steps_to_result",
+    "target_problems",
 ]
 
 # B_crit may lie outside the measured batch sizes, but not by more than this factor on
@@ -664,20 +665,154 @@ class BcritAtTargets:
     """S(B) fits redone at several targets from stored curves, and B_crit(L) across them.
 
     ``fits`` maps each target to its fit; ``skipped`` maps targets that could not be
-    fitted to the reason. ``law`` is None with fewer than two fitted targets.
+    fitted to the reason. ``flagged`` maps fitted targets whose S(B) fit is not
+    well-posed (see :func:`target_problems`) to the reason: they stay in ``fits`` but are
+    left out of ``law``, which is fitted on the well-posed targets only and is None with
+    fewer than ``min_law_targets`` of them (``law_note`` says why).
     """
 
     fits: Mapping[float, StepsFit]
     skipped: Mapping[float, str]
     law: BcritVsTarget | None
+    flagged: Mapping[float, str] = field(default_factory=dict)
+    law_note: str | None = None
+
+    @property
+    def well_posed(self) -> tuple[float, ...]:
+        """The fitted targets whose fit is well-posed, ascending."""
+        return tuple(t for t in self.fits if t not in self.flagged)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
-            "fits": [{"target": _jsonable(t), **f.to_dict()} for t, f in self.fits.items()],
+            "fits": [
+                {
+                    "target": _jsonable(t),
+                    "well_posed": t not in self.flagged,
+                    "problem": self.flagged.get(t),
+                    **f.to_dict(),
+                }
+                for t, f in self.fits.items()
+            ],
             "skipped": [{"target": _jsonable(t), "reason": r} for t, r in self.skipped.items()],
             "law": None if self.law is None else self.law.to_dict(),
+            "law_note": self.law_note,
         }
+
+
+def _last_loss(curve: tuple[ArrayLike, ArrayLike]) -> float:
+    st, lo = _floats(curve[0], "steps"), _floats(curve[1], "loss")
+    ok = np.isfinite(st) & np.isfinite(lo)
+    return float(lo[ok][np.argmax(st[ok])]) if ok.any() else math.nan
+
+
+def _cut_problem(
+    curves: Mapping[Hashable, tuple[ArrayLike, ArrayLike]],
+    cut_at: Mapping[Hashable, float],
+    target: float,
+) -> str | None:
+    """Why steps to ``target`` are unknown for trials whose curves were cut, or None.
+
+    A trial stopped on reaching loss c (``cut_at[trial] = c``) has no evaluation after
+    the first one below c; for a harder target L < c its steps to L are unknown (not
+    censored) unless that last evaluation is already below L.
+    """
+    unknown = [
+        c
+        for t, c in cut_at.items()
+        if t in curves and math.isfinite(c) and target < c and not _last_loss(curves[t]) < target
+    ]
+    if not unknown:
+        return None
+    levels = ", ".join(f"{c:g}" for c in sorted(set(unknown)))
+    return (
+        f"harder than the loss {levels} at which {len(unknown)} trial(s) were stopped "
+        f"(stop_at_target): their eval-loss curves end there, so their steps to {target:g} "
+        f"are unknown, not censored"
+    )
+
+
+def _evals_to_result(
+    curves: Mapping[Hashable, tuple[ArrayLike, ArrayLike]],
+    cs: CurveSteps,
+    batch_size: float,
+) -> float:
+    """At one batch size, how many evaluation intervals the steps to result span:
+    s / (s − previous evaluated step) of its fastest trial (largest over ties)."""
+    rows = [i for i, b in enumerate(cs.batch) if b == batch_size and math.isfinite(cs.steps[i])]
+    if not rows:
+        return math.nan
+    best = min(cs.steps[i] for i in rows)
+    out = math.nan
+    for i in rows:
+        s = cs.steps[i]
+        if s != best:
+            continue
+        st = _floats(curves[cs.trials[i]][0], "steps")
+        lo = _floats(curves[cs.trials[i]][1], "loss")
+        before = st[np.isfinite(st) & np.isfinite(lo) & (st < s)]
+        prev = float(before.max()) if before.size else 0.0
+        k = s / (s - prev) if s > prev else math.nan
+        out = k if not math.isfinite(out) else max(out, k)
+    return out
+
+
+def target_problems(
+    curves: Mapping[Hashable, tuple[ArrayLike, ArrayLike]],
+    cs: CurveSteps,
+    fit: StepsFit,
+    *,
+    cut_at: Mapping[Hashable, float] | None = None,
+    min_evals: int = 3,
+    max_ci_ratio: float = 10.0,
+) -> tuple[str, ...]:
+    """Why the S(B) fit at ``cs.target`` is not well-posed (empty when it is).
+
+    - curves cut at an easier loss (``cut_at``, trial → loss it was stopped at): steps to
+      this harder target are unknown for those trials;
+    - fewer than 3 batch sizes reach the target after ``min_evals`` evaluation intervals
+      or more: steps measured at the first evaluations are quantised by the evaluation
+      interval (reached at the 1st evaluation: anywhere between 0 and that step), so
+      they cannot resolve S(B);
+    - B_crit at the bound of the fit (S(B) flat, or ∝ 1/B, over the batch sizes);
+    - a bootstrap interval of B_crit spanning more than a factor ``max_ci_ratio``.
+    """
+    out: list[str] = []
+    if cut_at:
+        cut = _cut_problem(curves, cut_at, cs.target)
+        if cut is not None:
+            out.append(cut)
+    evals = [_evals_to_result(curves, cs, b) for b in fit.batch_sizes]
+    resolved = sum(1 for k in evals if k >= min_evals - 1e-9)
+    if resolved < 3:
+        early = [
+            _batch_json(b)
+            for b, k in zip(fit.batch_sizes, evals, strict=True)
+            if not k >= min_evals - 1e-9
+        ]
+        out.append(
+            f"reached within the first {min_evals - 1} evaluations at {len(early)} of "
+            f"{len(evals)} batch sizes ({early}; at most {max(fit.steps):g} steps): the "
+            f"evaluation interval does not resolve S(B) (needs 3 batch sizes reaching it "
+            f"at evaluation {min_evals} or later)"
+        )
+    x = np.log(np.asarray(fit.batch_sizes))
+    lb = math.log(fit.b_crit)
+    if lb <= x.min() - _BCRIT_MARGIN + 1e-6 or lb >= x.max() + _BCRIT_MARGIN - 1e-6:
+        flat = lb <= x.min() - _BCRIT_MARGIN + 1e-6
+        out.append(
+            f"B_crit is not identified: the fit hit its bound {fit.b_crit:.3g} (S(B) is "
+            f"{'flat' if flat else 'proportional to 1/B'} over the batch sizes)"
+        )
+    else:
+        lo, hi = fit.b_crit_ci
+        if math.isfinite(lo) and math.isfinite(hi) and lo > 0 and hi / lo > max_ci_ratio:
+            out.append(
+                f"B_crit = {fit.b_crit:.4g} is poorly determined: its {fit.confidence:.0%} "
+                f"interval [{lo:.3g}, {hi:.3g}] spans a factor {hi / lo:.3g} "
+                f"(more than {max_ci_ratio:g})"
+            )
+    return tuple(out)
 
 
 def bcrit_at_targets(
@@ -686,30 +821,56 @@ def bcrit_at_targets(
     targets: Sequence[float],
     *,
     interpolated: bool = False,
+    cut_at: Mapping[Hashable, float] | None = None,
+    min_evals: int = 3,
+    max_ci_ratio: float = 10.0,
+    min_law_targets: int = 3,
     **fit_kwargs: Any,
 ) -> BcritAtTargets:
     """Fit S(B) at each target from stored curves, then B_crit(L) (Kaplan et al. 2020).
 
     ``fit_kwargs`` go to :func:`fit_steps`. A target with too few batch sizes reaching
-    it is recorded in ``skipped`` rather than failing the whole call.
+    it is recorded in ``skipped`` rather than failing the whole call. A fitted target
+    whose fit is not well-posed (:func:`target_problems`, with ``cut_at``,
+    ``min_evals`` and ``max_ci_ratio``) is recorded in ``flagged`` and left out of the
+    law, which needs ``min_law_targets`` well-posed targets (3: with 2 the line through
+    them has no residual and no interval).
     """
     fits: dict[float, StepsFit] = {}
     skipped: dict[float, str] = {}
+    flagged: dict[float, str] = {}
     for target in sorted(float(t) for t in targets):
-        res = steps_at_target(curves, batch, target).result(interpolated)
+        cs = steps_at_target(curves, batch, target)
+        res = cs.result(interpolated)
         try:
-            fits[target] = fit_steps(
+            fit = fit_steps(
                 res.batch_sizes,
                 res.steps,
                 not_reached=dict(zip(res.not_reached, res.censored_at, strict=True)),
                 **fit_kwargs,
             )
         except ValueError as exc:
-            skipped[target] = str(exc)
+            cut = _cut_problem(curves, cut_at, target) if cut_at else None
+            skipped[target] = str(exc) if cut is None else f"{cut}; {exc}"
+            continue
+        fits[target] = fit
+        problems = target_problems(
+            curves, cs, fit, cut_at=cut_at, min_evals=min_evals, max_ci_ratio=max_ci_ratio
+        )
+        if problems:
+            flagged[target] = "; ".join(problems)
+    good = [t for t in fits if t not in flagged]
     law = None
-    if len(fits) >= 2:
-        law = fit_bcrit_vs_target(list(fits), [f.b_crit for f in fits.values()])
-    return BcritAtTargets(fits=fits, skipped=skipped, law=law)
+    note = None
+    if len(good) >= max(min_law_targets, 2):
+        law = fit_bcrit_vs_target(good, [fits[t].b_crit for t in good])
+    elif fits:
+        have = ", ".join(f"{t:g}" for t in good) or "none"
+        note = (
+            f"B_crit(L) not fitted: it needs at least {max(min_law_targets, 2)} targets with "
+            f"a well-posed S(B) fit; {len(good)} here ({have})"
+        )
+    return BcritAtTargets(fits=fits, skipped=skipped, law=law, flagged=flagged, law_note=note)
 
 
 # ------------------------------------------------------------------------ small helpers
