@@ -12,6 +12,7 @@ import enum
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,7 +57,7 @@ def dumps(record: dict[str, Any]) -> str:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write ``obj`` as JSON so that readers see the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True, allow_nan=False)
         f.write("\n")
@@ -81,7 +82,7 @@ def truncate_jsonl(path: Path, last_step: int) -> None:
                 continue
             if rec.get("step", 0) <= last_step:
                 kept.append(line)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text("".join(k + "\n" for k in kept))
     os.replace(tmp, path)
 

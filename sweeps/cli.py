@@ -43,10 +43,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="print the plan and launch nothing")
     run.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     run.add_argument("--json", action="store_true", help="machine-readable output")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="launcher=slurm: run the orchestrator as a small SLURM job and return at once",
+    )
 
     status = sub.add_parser("status", help="progress of a study, a row per point")
     status.add_argument("run_dir")
     status.add_argument("--json", action="store_true")
+
+    stop = sub.add_parser("stop", help="end a study's orchestrators cleanly (trials resume later)")
+    stop.add_argument("run_dir")
+    stop.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to wait for them (default 180)"
+    )
 
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
     lst.add_argument("--config-dir")
@@ -82,11 +93,16 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             print_cfg=args.cfg,
             as_json=args.json,
             argv=argv,
+            detach=args.detach,
         )
     if args.command == "status":
         from sweeps.status_cmd import print_status
 
         return print_status(args.run_dir, args.json)
+    if args.command == "stop":
+        from sweeps.stop_cmd import stop_study
+
+        return stop_study(args.run_dir, args.timeout)
     if args.command == "report":
         import json
 

@@ -4,6 +4,10 @@
 - ``slurm``: one SLURM job per trial (submitit SlurmExecutor);
 - ``inline``: in this process, one trial at a time (submitit DebugExecutor; for debugging).
 
+With ``gpus_per_trial`` set, each local job sees its own GPUs (``CUDA_VISIBLE_DEVICES``, a
+slot no running job holds) and each SLURM job asks for that many GPUs; the trainer's
+data-parallel mesh spans whatever devices the job sees.
+
 Jobs are submitted from inside the trial's folder, so they start there (and a user's own
 ``models/`` or ``analysis/`` in the directory `sweep` was started from cannot shadow ours),
 and their logs land in ``<trial>/logs/``.
@@ -15,6 +19,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,9 +45,10 @@ def _working_dir(path: Path) -> Iterator[None]:
 class JobHandle:
     """A submitted trial job: is it done, and how did it end?"""
 
-    def __init__(self, job: Any, inline: bool) -> None:
+    def __init__(self, job: Any, inline: bool, slot: int | None = None) -> None:
         self.job = job
         self.inline = inline
+        self.slot = slot  # the local GPU slot this job holds, if any
         self._outcome: tuple[bool, Any] | None = None
         if inline:  # run now, in this process, without DebugExecutor's post-mortem debugger
             error = job.exception()
@@ -92,44 +98,150 @@ class Launcher:
                 f"launcher.name: unknown {cfg.name!r}; choose one of {', '.join(LAUNCHERS)}"
             )
         self.cfg = cfg
+        self._slots: dict[int, JobHandle] = {}  # local GPU slot -> the job holding it
+        self._last_refresh = time.monotonic()
 
-    def _executor(self, folder: Path) -> submitit.Executor:
+    def refresh(self, force: bool = False) -> None:
+        """Re-read SLURM job states now and then: submitit's own cache waits up to 10
+        minutes, and a job that ended without a result (cancelled, node failure) is only
+        seen through sacct."""
+        if self.cfg.name != "slurm":
+            return
+        now = time.monotonic()
+        if force or now - self._last_refresh >= self.cfg.state_poll_s:
+            self._last_refresh = now
+            submitit.SlurmJob.watcher.update()
+
+    def attach(self, folder: Path, job_id: str) -> JobHandle | None:
+        """A handle on an existing SLURM job of a trial, if it is still queued or running."""
+        if self.cfg.name != "slurm":
+            return None
+        job = submitit.SlurmJob(folder=folder / "logs", job_id=job_id)
+        if job.done(force_check=True):
+            return None
+        return JobHandle(job, inline=False)
+
+    def _free_slot(self) -> int:
+        for slot, handle in list(self._slots.items()):
+            if handle.done():
+                del self._slots[slot]
+        slot = 0
+        while slot in self._slots:
+            slot += 1
+        return slot
+
+    def _executor(self, folder: Path, name: str, gpus: list[int]) -> submitit.Executor:
         cfg = self.cfg
         if cfg.name == "inline":
             return submitit.DebugExecutor(folder=folder)
         if cfg.name == "local":
             executor = submitit.LocalExecutor(folder=folder)
-            executor.update_parameters(timeout_min=cfg.timeout_min)
+            # submitit sets CUDA_VISIBLE_DEVICES for local jobs (to nothing by default):
+            # give each job its GPUs explicitly.
+            executor.update_parameters(
+                timeout_min=cfg.timeout_min, gpus_per_node=len(gpus), visible_gpus=tuple(gpus)
+            )
             return executor
-        executor = submitit.SlurmExecutor(folder=folder)
-        params: dict[str, Any] = {
-            "time": cfg.time_min,
-            "nodes": cfg.nodes,
-            "ntasks_per_node": cfg.tasks_per_node,
-            "array_parallelism": cfg.array_parallelism,
-        }
-        optional = {
-            "partition": cfg.partition,
-            "account": cfg.account,
-            "qos": cfg.qos,
-            "gpus_per_task": cfg.gpus_per_task,
-            "cpus_per_task": cfg.cpus_per_task,
-            "mem": f"{int(cfg.mem_gb * 1024)}M" if cfg.mem_gb else None,
-            "constraint": cfg.constraint,
-        }
-        params.update({k: v for k, v in optional.items() if v is not None})
-        if cfg.additional:
-            params["additional_parameters"] = dict(cfg.additional)
-        executor.update_parameters(**params)
+        executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=cfg.max_requeues)
+        executor.update_parameters(**slurm_parameters(cfg, name))
         return executor
 
-    def submit(self, folder: Path, fn: Callable[..., Any], *args: Any) -> JobHandle:
-        """Submit ``fn(*args)`` as a job started in ``folder`` (logs in ``folder/logs``)."""
+    def submit(
+        self, folder: Path, fn: Callable[..., Any], *args: Any, name: str = "stepscale"
+    ) -> JobHandle:
+        """Submit ``fn(*args)`` as a job named ``name``, started in ``folder`` (logs in
+        ``folder/logs``)."""
         folder.mkdir(parents=True, exist_ok=True)
-        executor = self._executor(folder / "logs")
-        with _working_dir(folder), _controller_ignores_sigint(self.cfg.name == "local"):
+        slot = None
+        gpus = local_gpus()
+        if self.cfg.name == "local" and self.cfg.gpus_per_trial:
+            slot = self._free_slot()
+            k = self.cfg.gpus_per_trial
+            ids = gpus or list(range((slot + 1) * k))  # GPUs not countable here: trust config
+            if len(ids) < (slot + 1) * k:
+                raise UsageError(
+                    f"launcher.gpus_per_trial={k}: {slot + 1} trials at once need "
+                    f"{(slot + 1) * k} GPUs, this machine shows {len(ids)}; lower parallelism"
+                )
+            gpus = ids[slot * k : (slot + 1) * k]
+        executor = self._executor(folder / "logs", name, gpus)
+        env: dict[str, str] = {}
+        # sbatch from inside a SLURM job (a detached orchestrator) must not pass that job's
+        # SLURM_* settings on: srun in the trial's job would read them as its own.
+        drop = ("SLURM_", "SBATCH_", "SUBMITIT_") if self.cfg.name == "slurm" else ()
+        with (
+            _working_dir(folder),
+            _controller_ignores_sigint(self.cfg.name == "local"),
+            _environment(env, drop=drop),
+        ):
             job = executor.submit(fn, *args)
-        return JobHandle(job, inline=self.cfg.name == "inline")
+        handle = JobHandle(job, inline=self.cfg.name == "inline", slot=slot)
+        if slot is not None:
+            self._slots[slot] = handle
+        return handle
+
+
+def local_gpus() -> list[int]:
+    """The GPUs this process may hand to local jobs: CUDA_VISIBLE_DEVICES if set, else every
+    NVIDIA GPU the driver lists (none on a machine without one)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
+    return list(range(len(list(Path("/proc/driver/nvidia/gpus").glob("*")))))
+
+
+def slurm_parameters(cfg: LauncherConfig, job_name: str) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for a trial job."""
+    params: dict[str, Any] = {
+        "job_name": job_name,
+        "time": cfg.time_min,
+        "nodes": cfg.nodes,
+        "ntasks_per_node": cfg.tasks_per_node,
+        "array_parallelism": cfg.array_parallelism,
+        "signal_delay_s": cfg.signal_delay_s,
+    }
+    gpus_per_node = cfg.gpus_per_node
+    if cfg.gpus_per_trial and cfg.gpus_per_task is None and gpus_per_node is None:
+        if cfg.gpus_per_trial % cfg.nodes:
+            raise UsageError(
+                f"launcher.gpus_per_trial: {cfg.gpus_per_trial} GPUs do not split over "
+                f"{cfg.nodes} nodes"
+            )
+        gpus_per_node = cfg.gpus_per_trial // cfg.nodes
+    optional = {
+        "partition": cfg.partition,
+        "account": cfg.account,
+        "qos": cfg.qos,
+        "gpus_per_task": cfg.gpus_per_task,
+        "gpus_per_node": gpus_per_node,
+        "cpus_per_task": cfg.cpus_per_task,
+        "mem": f"{int(cfg.mem_gb * 1024)}M" if cfg.mem_gb else None,
+        "constraint": cfg.constraint,
+        "setup": list(cfg.setup) or None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    if cfg.additional:
+        params["additional_parameters"] = dict(cfg.additional)
+    return params
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str], drop: tuple[str, ...] = ()) -> Iterator[None]:
+    """Set (and drop, by prefix; SLURM_CONF stays) environment variables for a job's start,
+    then restore them."""
+    dropped = [k for k in os.environ if k.startswith(drop) and k != "SLURM_CONF"] if drop else []
+    previous = {k: os.environ.get(k) for k in [*values, *dropped]}
+    for key in dropped:
+        del os.environ[key]
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextlib.contextmanager

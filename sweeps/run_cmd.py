@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from models.reporter import write_json_atomic
 from sweeps.compose import UsageError, compose_config, to_object
 from sweeps.objective import OBJECTIVES
+from sweeps.runlock import RunLock
 from sweeps.samplers import check_pruner, check_sampler, grid_size
 from sweeps.schema import StudyConfig
 from sweeps.space import Point, SearchSpace, build_space
@@ -197,9 +198,10 @@ def _write_provenance(run_dir: Path, storage: StorageSpec, argv: list[str]) -> d
 
     path = run_dir / "run.json"
     record = read_json(path) or {}
-    session = {"started": now_iso(), "ended": None, "command": ["sweep", *argv]}
+    command = ["sweep", *(redact(a) for a in argv)]
+    session = {"started": now_iso(), "ended": None, "command": command}
     record.update(
-        command=["sweep", *argv],
+        command=command,
         started=record.get("started", session["started"]),
         ended=None,
         versions=_versions(),
@@ -302,6 +304,7 @@ def run_study(
     print_cfg: bool,
     as_json: bool,
     argv: list[str],
+    detach: bool = False,
 ) -> int:
     """The `sweep run` command; returns the exit code."""
     raw, cfg, _ = prepare_study(overrides, config_dir)
@@ -338,7 +341,18 @@ def run_study(
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
     storage = open_storage(storage_spec)
-    _write_run_files(run_dir, raw, cfg, space, storage_spec, argv)
+    # The study's files exist before anything runs, so `sweep status` answers at once.
+    # Another orchestrator of the same study may be starting too: one at a time.
+    with RunLock(run_dir) as lock:
+        _check_unchanged(run_dir, cfg)
+        _write_run_files(run_dir, raw, cfg, space, storage_spec, argv, provenance=not detach)
+    lock.close()
+    if detach:
+        from sweeps.detach import submit_orchestrator
+
+        job = submit_orchestrator(cfg, run_dir, overrides, config_dir)
+        _print_detached(job, run_dir)
+        return 0
 
     from models.train import configure_compile_cache
     from sweeps.display import StudyProgress
@@ -350,14 +364,28 @@ def run_study(
         scheduler = Scheduler(cfg, space, run_dir, storage_spec, storage, horizons, progress)
         try:
             stats = scheduler.run()
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, a requeue of a detached orchestrator, a crash
             _finish_provenance(run_dir, complete=False)
             raise
-    _finish_provenance(run_dir, complete=True)
+    _finish_provenance(run_dir, complete=not scheduler.stopped)
+    if scheduler.stopped:
+        print(
+            f"sweep: stopped on request (sweep stop); running trials were checkpointed. "
+            f"Run the same command again to resume (run dir {run_dir}).",
+            file=sys.stderr,
+        )
+        return 0
     summary = _summary(stats, run_dir)
     print(f"run dir: {run_dir}", file=sys.stderr)
     print(json.dumps(summary, indent=2, sort_keys=True) if as_json else _summary_text(summary))
     return 0
+
+
+def _print_detached(job: dict[str, Any], run_dir: Path) -> None:
+    print(f"submitted orchestrator as SLURM job {job['job_id']} (run dir {run_dir})")
+    print(f"  follow:  sweep status {run_dir}    (log: {job['log']})")
+    print(f"  stop:    sweep stop {run_dir}")
+    print(f"  report:  sweep report {run_dir}")
 
 
 def _write_run_files(
@@ -367,6 +395,7 @@ def _write_run_files(
     space: SearchSpace,
     storage: StorageSpec,
     argv: list[str],
+    provenance: bool = True,
 ) -> None:
     config_yaml = redact(OmegaConf.to_yaml(raw, resolve=True))
     (run_dir / "config.yaml").write_text(config_yaml)
@@ -388,7 +417,8 @@ def _write_run_files(
         "budget": dataclasses.asdict(cfg.budget),
     }
     write_json_atomic(run_dir / "study.json", study)
-    _write_provenance(run_dir, storage, argv)
+    if provenance:
+        _write_provenance(run_dir, storage, argv)
 
 
 def _plain(value: Any) -> Any:

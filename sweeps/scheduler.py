@@ -7,7 +7,13 @@ served fewest-trials-first, so early results cover every batch size. A crashed j
 resubmitted as the same Optuna trial (resuming from its checkpoint) until `retries` run
 out. Trials left RUNNING by a dead orchestrator are adopted: finished ones are told from
 their status.json, dead ones re-run from their checkpoints, live ones (another
-orchestrator's, or a job that outlived its orchestrator) are waited for.
+orchestrator's, or a job that outlived its orchestrator) are waited for; a SLURM job whose
+orchestrator died (e.g. a detached orchestrator requeued at its time limit) is taken over
+while it is still queued or running.
+
+Several orchestrators may share a study: each decision that reads and then writes the
+study (ask, adopt, tell) happens under the run dir's lock (`sweeps.runlock`), so together
+they run exactly the budget. `sweep stop` (`sweeps.orchestrators`) ends them cleanly.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from sweeps import heartbeat
-from sweeps.job import run_trial
+from sweeps import heartbeat, orchestrators
+from sweeps.job import TrialJob
 from sweeps.launchers import JobHandle, Launcher
 from sweeps.objective import objective_value
+from sweeps.runlock import RunLock
 from sweeps.samplers import derived_seed, make_sampler
 from sweeps.schema import StudyConfig
 from sweeps.space import Point, SearchSpace
@@ -49,6 +56,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 optuna.logging.disable_default_handler()
 optuna.logging.enable_propagation()
 TRIAL_STATES = ("complete", "pruned", "diverged", "failed")
+FINISHED = ("complete", "pruned", "diverged")  # a trainer status that ends a trial
 
 
 @dataclass
@@ -100,9 +108,13 @@ class Scheduler:
         self.progress = progress
         self.launcher = Launcher(cfg.launcher)
         self.owner = uuid.uuid4().hex[:12]
+        self.started = time.time()
+        self.lock = RunLock(run_dir)
         self.running: dict[int, Running] = {}  # trial_id -> job
-        self.studies = {p.label: self._study(p) for p in space.points}
+        with self.lock:  # two orchestrators creating one study at once would collide
+            self.studies = {p.label: self._study(p) for p in space.points}
         self.told = 0
+        self.stopped = False  # ended by `sweep stop`
         self._last_orch_beat = 0.0
 
     # ------------------------------------------------------------ studies
@@ -221,6 +233,7 @@ class Scheduler:
             "state": "running",
             "objective": None,
             "attempts": attempt,
+            "orchestrator": self.owner,
             "started": previous.get("started", now_iso()),
             "ended": None,
         }
@@ -237,9 +250,15 @@ class Scheduler:
             pruner=asdict(self.cfg.pruner) if self.cfg.pruner.name != "none" else None,
             horizon=self.horizons[point.label],
             attempt=attempt,
+            # Confirm seeds re-run the best values to measure seed spread: never pruned.
+            prune=record["kind"] == "tune",
         )
         heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
-        handle = self.launcher.submit(folder, run_trial, spec)
+        handle = self.launcher.submit(
+            folder, TrialJob(), spec, name=f"{self.cfg.name}:{spec.trial}"
+        )
+        record["job_id"] = handle.job_id
+        write_trial_json(folder, record)
         self.running[trial._trial_id] = Running(
             point, trial._trial_id, trial.number, folder, spec, handle, record
         )
@@ -252,7 +271,7 @@ class Scheduler:
             del self.running[trial_id]
             ok, result = run.handle.outcome()
             status = result if ok and isinstance(result, dict) else None
-            if status is not None and status.get("state") in ("complete", "pruned", "diverged"):
+            if status is not None and status.get("state") in FINISHED:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
             elif run.record["attempts"] <= self.cfg.retries:
                 trial = self.storage.get_trial(trial_id)
@@ -276,21 +295,22 @@ class Scheduler:
     ) -> None:
         """Tell Optuna (once) and record the trial's true end."""
         study = self.studies[point.label]
-        frozen = self.storage.get_trial(trial_id)
         state = status["state"] if status else "failed"
         value = None
-        if frozen.state == TrialState.RUNNING:
-            self.storage.set_trial_user_attr(trial_id, "state", state)
-            if state == "pruned":
-                study.tell(frozen.number, state=TrialState.PRUNED)
-            elif state == "failed":
-                study.tell(frozen.number, state=TrialState.FAIL)
-            else:
-                value = objective_value(self.cfg.objective.kind, status, _initial_loss(folder))
-                study.tell(frozen.number, value)
-            self.told += 1
-        else:  # told already (by an orchestrator that died right after): keep its verdict
-            value = frozen.value
+        with self.lock:
+            frozen = self.storage.get_trial(trial_id)
+            if frozen.state == TrialState.RUNNING:
+                self.storage.set_trial_user_attr(trial_id, "state", state)
+                if state == "pruned":
+                    study.tell(frozen.number, state=TrialState.PRUNED)
+                elif state == "failed":
+                    study.tell(frozen.number, state=TrialState.FAIL)
+                else:
+                    value = objective_value(self.cfg.objective.kind, status, _initial_loss(folder))
+                    study.tell(frozen.number, value)
+                self.told += 1
+            else:  # told already (by another orchestrator, or one that died): keep its verdict
+                value = frozen.value
         record.update(state=state, objective=value, ended=now_iso())
         if error:
             record["error"] = error[:2000]
@@ -304,18 +324,56 @@ class Scheduler:
         """Handle RUNNING trials that no job of ours runs (left by a dead orchestrator, or
         run by another live one)."""
         timeout = self.cfg.heartbeat_timeout_s
-        for point in self.space.points:
-            for trial in self._trials(point):
-                if trial.state != TrialState.RUNNING or trial._trial_id in self.running:
-                    continue
-                folder = trial_dir(self.run_dir, point.label, trial.number)
-                status = read_json(folder / "status.json")
-                record = read_json(folder / "trial.json") or {"attempts": 0}
-                if status and status.get("state") in ("complete", "pruned", "diverged"):
-                    record = self._record_for(point, trial, record)
-                    self._finalize(point, trial._trial_id, folder, status, record)
-                elif not heartbeat.trial_alive(folder, timeout):
-                    self._submit(point, trial, attempt=int(record.get("attempts", 0)) + 1)
+        with self.lock:
+            for point in self.space.points:
+                for trial in self._trials(point):
+                    if trial.state != TrialState.RUNNING or trial._trial_id in self.running:
+                        continue
+                    folder = trial_dir(self.run_dir, point.label, trial.number)
+                    status = read_json(folder / "status.json")
+                    record = read_json(folder / "trial.json") or {"attempts": 0}
+                    if status and status.get("state") in FINISHED:
+                        record = self._record_for(point, trial, record)
+                        self._finalize(point, trial._trial_id, folder, status, record)
+                    elif heartbeat.fresh(heartbeat.read(folder / "heartbeat.orch"), timeout):
+                        continue  # its orchestrator is alive and waits for it
+                    elif self._take_over(point, trial, folder, record):
+                        continue
+                    elif not heartbeat.trial_alive(folder, timeout):
+                        # Stopped on request (`sweep stop`, Ctrl-C): not a failed attempt.
+                        attempts = int(record.get("attempts", 0))
+                        again = record.get("state") == "stopped" and attempts > 0
+                        self._submit(point, trial, attempt=attempts if again else attempts + 1)
+
+    def _take_over(
+        self, point: Point, trial: FrozenTrial, folder: Path, record: dict[str, Any]
+    ) -> bool:
+        """Own the SLURM job of a trial whose orchestrator died, if it is still queued or
+        running (so it is neither waited on blindly nor run twice)."""
+        job_id = record.get("job_id")
+        if self.cfg.launcher.name != "slurm" or not job_id or "trial" not in record:
+            return False
+        handle = self.launcher.attach(folder, str(job_id))
+        if handle is None:
+            return False
+        heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
+        spec = TrialSpec(
+            trial=record["trial"],
+            study_name=self.studies[point.label].study_name,
+            trial_id=trial._trial_id,
+            number=trial.number,
+            trial_dir=str(folder.resolve()),
+            config={},
+            storage=self.storage_spec,
+            trainer=self.cfg.trainer,
+            pruner=None,
+            horizon=self.horizons[point.label],
+            attempt=int(record.get("attempts", 1)),
+        )
+        self.running[trial._trial_id] = Running(
+            point, trial._trial_id, trial.number, folder, spec, handle, record
+        )
+        return True
 
     def _record_for(
         self, point: Point, trial: FrozenTrial, record: dict[str, Any]
@@ -342,6 +400,7 @@ class Scheduler:
         if now - self._last_orch_beat < min(10.0, self.cfg.heartbeat_timeout_s / 4):
             return
         self._last_orch_beat = now
+        orchestrators.register(self.run_dir, self.owner, self.started)
         for run in self.running.values():
             heartbeat.write(run.folder / "heartbeat.orch", owner=self.owner)
 
@@ -380,16 +439,22 @@ class Scheduler:
     def run(self) -> list[PointStats]:
         """Run until every point has its budget of finished trials."""
         poll = self.cfg.launcher.poll_s
+        orchestrators.register(self.run_dir, self.owner, self.started)
         try:
             self._adopt()
             while True:
+                if orchestrators.stop_requested(self.run_dir, self.started):
+                    self._stop()
+                    break
+                self.launcher.refresh()
                 self._reap()
                 self._adopt()
                 while len(self.running) < self.cfg.parallelism:
-                    choice = self._pick_point()
-                    if choice is None:
-                        break
-                    self._ask(*choice)
+                    with self.lock:
+                        choice = self._pick_point()
+                        if choice is None:
+                            break
+                        self._ask(*choice)
                     self._reap()  # inline jobs are done already
                 if self.progress is not None:
                     self.progress(self.stats())
@@ -400,11 +465,38 @@ class Scheduler:
         except KeyboardInterrupt:
             self._interrupted()
             raise
+        finally:
+            orchestrators.unregister(self.run_dir, self.owner)
+            self.lock.close()
         return self.stats()
+
+    def _mark_stopped(self, run: Running) -> None:
+        run.record["state"] = "stopped"
+        write_trial_json(run.folder, run.record)
+        (run.folder / "heartbeat.orch").unlink(missing_ok=True)
+
+    def _stop(self) -> None:
+        """`sweep stop`: submit nothing more; every running trial job checkpoints at its
+        current step and ends (SIGTERM, see sweeps.job). Trials stay open in Optuna and
+        resume when the same `sweep run` runs again."""
+        self.stopped = True
+        for run in self.running.values():
+            run.handle.cancel()
+        deadline = time.time() + 60
+        while time.time() < deadline and any(not r.handle.done() for r in self.running.values()):
+            time.sleep(0.5)
+            self.launcher.refresh(force=True)
+        for trial_id, run in list(self.running.items()):
+            ok, result = run.handle.outcome() if run.handle.done() else (False, None)
+            if ok and isinstance(result, dict) and result.get("state") in FINISHED:
+                self._finalize(run.point, trial_id, run.folder, result, run.record)
+            else:
+                self._mark_stopped(run)
 
     def _interrupted(self) -> None:
         """Ctrl-C: local jobs got the signal too and save their checkpoints; give them a
-        moment, then stop what is left. Trials stay RUNNING and resume on the next run."""
+        moment, then stop what is left. Trials stay RUNNING and resume on the next run;
+        SLURM jobs go on and are waited for (or taken over) by the next run."""
         deadline = time.time() + 15
         local = self.cfg.launcher.name == "local"
         while (
@@ -416,7 +508,9 @@ class Scheduler:
         for run in self.running.values():
             if local:
                 run.handle.cancel()
-            (run.folder / "heartbeat.orch").unlink(missing_ok=True)
+                self._mark_stopped(run)
+            else:
+                (run.folder / "heartbeat.orch").unlink(missing_ok=True)
 
 
 def _initial_loss(folder: Path) -> float | None:

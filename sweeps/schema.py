@@ -105,12 +105,27 @@ class PrunerConfig:
 
 
 @dataclass
+class OrchestratorJobConfig:
+    """The SLURM job a detached sweep (``sweep run --detach``) runs its orchestrator in:
+    one CPU and a little memory, so it never takes a trial's resources. When its time
+    limit nears it requeues itself and the new orchestrator adopts the running trials."""
+
+    partition: str | None = None  # default: the trials' partition
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = 24 * 60
+    cpus: int = 1
+    mem_gb: float = 2.0
+    additional: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class LauncherConfig:
     """How trials run: submitit executor chosen explicitly (never auto-detected)."""
 
     name: str = "local"  # local | slurm | inline
     timeout_min: int = 60 * 24
-    devices_per_trial: int | None = None  # local: devices (GPUs) each trial gets; None = all
+    gpus_per_trial: int | None = None  # GPUs each trial's job gets; None = local: all, slurm: none
     poll_s: float = 0.5
     # SLURM
     partition: str | None = None
@@ -123,8 +138,14 @@ class LauncherConfig:
     cpus_per_task: int | None = None
     mem_gb: float | None = None
     constraint: str | None = None
+    gpus_per_node: int | None = None
     array_parallelism: int = 256
-    additional: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)  # shell lines before each job (module load …)
+    signal_delay_s: int = 90  # SLURM sends USR2 this long before the time limit
+    max_requeues: int = 20  # time-limit requeues of one trial job (preemptions: unlimited)
+    state_poll_s: float = 15.0  # re-read SLURM job states (sacct) at least this often
+    additional: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
+    orchestrator: OrchestratorJobConfig = field(default_factory=OrchestratorJobConfig)
 
 
 @dataclass

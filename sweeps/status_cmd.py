@@ -8,10 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sweeps import orchestrators
 from sweeps.compose import UsageError
+from sweeps.detach import ORCHESTRATOR_DIR
 from sweeps.trials import read_json
 
 STATES = ("running", "complete", "pruned", "diverged", "failed")
+ORCHESTRATOR_TIMEOUT_S = 120.0
 
 
 def study_status(run_dir: Path) -> dict[str, Any]:
@@ -24,6 +27,7 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     for p in study["points"]:
         row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
         row.update({s: 0 for s in STATES})
+        row["stopped"] = 0
         for trial_json in sorted((run_dir / "trials" / p["label"]).glob("*/trial.json")):
             trial = read_json(trial_json) or {}
             state = trial.get("state", "running")
@@ -40,7 +44,12 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         points.append(row)
     run = read_json(run_dir / "run.json") or {}
     done = all(r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points)
+    live = orchestrators.live(run_dir, ORCHESTRATOR_TIMEOUT_S)
     return {
+        "orchestrators": [
+            {k: o.get(k) for k in ("host", "pid", "slurm_job_id", "started")} for o in live
+        ],
+        "detached_job": read_json(run_dir / ORCHESTRATOR_DIR / "job.json"),
         "name": study["name"],
         "run_dir": str(run_dir),
         "objective": study["objective"],
@@ -62,6 +71,15 @@ def print_status(run_dir: str, as_json: bool) -> int:
         return 0
     state = "finished" if status["finished"] else "in progress"
     print(f"{status['name']} ({state}) — objective {status['objective']['kind']}")
+    running = status["orchestrators"]
+    job = status["detached_job"]
+    where = ", ".join(
+        f"{o['host']} pid {o['pid']}"
+        + (f" (SLURM job {o['slurm_job_id']})" if o.get("slurm_job_id") else "")
+        for o in running
+    )
+    print(f"  orchestrators: {where or 'none running'}", end="")
+    print(f"; detached job {job['job_id']}, log {job['log']}" if job else "")
     print(
         f"  {'point':32s} {'done':>7s} {'running':>7s} {'pruned':>6s} {'diverged':>8s} {'failed':>6s} {'best':>10s} {'steps':>9s}"
     )
@@ -72,4 +90,7 @@ def print_status(run_dir: str, as_json: bool) -> int:
             f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
             f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
         )
+    stopped = sum(r["stopped"] for r in status["points"])
+    if stopped:
+        print(f"  {stopped} trial(s) stopped at a checkpoint: the same `sweep run` resumes them")
     return 0

@@ -102,6 +102,7 @@ class TrialSpec:
     horizon: int  # the trial's horizon in steps
     attempt: int = 1
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
+    prune: bool = True  # False for confirm seeds: report intermediate values, never prune
 
 
 def trial_dir(run_dir: Path, label: str, number: int) -> Path:

@@ -3,7 +3,9 @@ compilation cache private to the session, set before JAX is imported anywhere.""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ["XLA_FLAGS"] = (
@@ -15,12 +17,30 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # moment, and closing it breaks pytest's capture for the rest of the session.
 os.environ.setdefault("SUBMITIT_LOG_LEVEL", "NOCONFIG")
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 @pytest.fixture
 def compile_cache() -> str:
     """A persistent compilation cache directory shared by the tests of this session."""
     return _CACHE
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[Path]:
+    """A real single-node SLURM cluster for the session (see tests/servers/slurm.py);
+    skipped where it cannot run, unless STEPSCALE_REQUIRE_CLUSTER=1 (CI)."""
+    from servers import ServerUnavailable, skip_or_fail
+    from servers.slurm import slurm_cluster
+
+    try:
+        with slurm_cluster() as conf:
+            yield conf
+    except ServerUnavailable as exc:
+        skip_or_fail(str(exc))

@@ -1,0 +1,282 @@
+"""The SLURM path against a real single-node cluster (tests/servers/slurm.py): the same
+study through SLURM and locally, requeue and preemption resuming at the step they hit,
+scancel seen as a failure and retried, detached orchestrators, `sweep stop`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from servers.slurm import sacct_state, squeue_ids
+from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
+
+from sweeps.trials import read_json
+
+pytestmark = pytest.mark.cluster
+
+SLURM = ["launcher=slurm", "launcher.state_poll_s=2", "launcher.poll_s=0.3"]
+# One long trial: time to interrupt it, checkpoints only every 1000 steps so a resume at
+# any other step proves the job saved at the step it was signalled.
+LONG = [
+    "conf=smoke",
+    "scientific.batch_size.values=[8]",
+    "budget.trials_per_point=1",
+    "budget.max_steps=5000",
+    "train.log_every=50",
+    "train.eval_every=250",
+    "train.checkpoint_every=1000",
+    "parallelism=1",
+]
+WALL = ("wall_s", "steps_per_s")
+
+
+def _popen(args: list[str], cache: str, cwd: Path) -> subprocess.Popen:
+    from test_study import FAST, SWEEP, _env
+
+    return subprocess.Popen(
+        [SWEEP, *args, *FAST, f"train.compile_cache_dir={cache}"],
+        cwd=cwd,
+        env=_env(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait(predicate: Any, timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _only_trial(run_dir: Path) -> Path:
+    folders = list((run_dir / "trials").glob("*/*"))
+    return folders[0] if len(folders) == 1 else None  # type: ignore[return-value]
+
+
+def _last_step(folder: Path | None) -> int:
+    if folder is None:
+        return -1
+    try:
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return -1
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError):
+            continue
+    return -1
+
+
+def _job_id(run_dir: Path) -> str:
+    folder = _only_trial(run_dir)
+    record = read_json(folder / "trial.json") if folder else None
+    return str(record["job_id"]) if record and record.get("job_id") else ""
+
+
+def _release_when_held(job_id: str, timeout: float = 60) -> None:
+    """A requeued batch job waits ~2 minutes (BeginTime); let it start now."""
+
+    def held() -> bool:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True
+        ).stdout
+        return "PENDING" in out
+
+    _wait(held, timeout, f"job {job_id} to be requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+
+
+def _metrics(folder: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL} for r in rows]
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"sweep run did not finish in {timeout} s:\n{err[-3000:]}") from None
+    assert proc.returncode == 0, err[-3000:]
+    return out, err
+
+
+def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path, compile_cache):
+    args = ["run", "conf=smoke", "parallelism=1", "seed=3"]
+    local = sweep([*args, f"run_dir={tmp_path / 'local'}"], cache=compile_cache)
+    assert local.returncode == 0, local.stderr
+    on_slurm = sweep([*args, *SLURM, f"run_dir={tmp_path / 'slurm'}"], cache=compile_cache)
+    assert on_slurm.returncode == 0, on_slurm.stderr
+
+    def table(run_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
+        return {
+            label: [(t.number, t.params, t.state, t.value) for t in trials]
+            for label, trials in optuna_trials(run_dir, "smoke").items()
+        }
+
+    assert table(tmp_path / "slurm") == table(tmp_path / "local")
+    assert_exact_budget(tmp_path / "slurm", "smoke", per_point=3, points=2)
+    for records in trials_of(tmp_path / "slurm").values():
+        for rec in records:
+            assert rec["job_id"].isdigit()  # a SLURM job id, not a local pid
+            folder = tmp_path / "slurm" / "trials" / rec["point"] / str(rec["number"])
+            # Job logs land in the trial's folder.
+            assert list((folder / "logs").glob(f"{rec['job_id']}_0_log.out"))
+            assert sacct_state(rec["job_id"]) == "COMPLETED"
+
+
+def test_requeue_and_preemption_resume_at_the_signalled_step(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    reference = sweep(["run", *LONG, f"run_dir={tmp_path / 'ref'}"], cache=compile_cache)
+    assert reference.returncode == 0, reference.stderr
+    run_dir = tmp_path / "slurm"
+    proc = _popen(["run", *LONG, *SLURM, f"run_dir={run_dir}"], compile_cache, tmp_path)
+    try:
+        # 1. `scontrol requeue` (what an admin or a preemption with PreemptMode=REQUEUE does):
+        #    SIGTERM → checkpoint at the current step → the same job id runs again.
+        _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 120, "training to start")
+        job = _job_id(run_dir)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        _release_when_held(job)
+        folder = _only_trial(run_dir)
+        first = _wait(lambda: _resumed_step(folder), 120, "the requeued job to resume")
+        # 2. submitit's preemption/time-limit signal (USR2): the job checkpoints, submitit
+        #    requeues it through its Checkpointable, it resumes.
+        _wait(lambda: _last_step(folder) >= first + 500, 120, "training to go on")
+        subprocess.run(["scancel", "--signal=USR2", job], check=True)
+        _release_when_held(job)
+        _finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    stops = [(e["signal"], e["step"]) for e in events if e["event"] == "stopped"]
+    assert [sig for sig, _ in stops] == ["SIGTERM", "SIGUSR2"], events
+    # Each run resumed exactly where the signal stopped the previous one, and checkpoints
+    # were due only every 1000 steps: the job saved at the step the signal reached it.
+    resumes = _resume_steps(folder)
+    assert resumes == [step for _, step in stops], events
+    assert any(step % 1000 for step in resumes), resumes
+    ref_folder = _only_trial(tmp_path / "ref")
+    assert _metrics(folder) == _metrics(ref_folder)
+    status = read_json(folder / "status.json")
+    ref_status = read_json(ref_folder / "status.json")
+    for key in ("steps_done", "final_eval_loss", "best_eval_loss", "steps_to_target", "state"):
+        assert status[key] == ref_status[key], key
+    # Still one Optuna trial, told once, every intermediate value once.
+    (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
+    assert trial.number == 0 and trial.state.name == "COMPLETE"
+    assert sorted(trial.intermediate_values) == list(range(250, 5001, 250))
+    assert read_json(folder / "trial.json")["attempts"] == 1
+    assert sacct_state(job) == "COMPLETED"
+
+
+def _resume_steps(folder: Path) -> list[int]:
+    """Steps the trial's job resumed from (its events.jsonl, one record per run)."""
+    try:
+        lines = (folder / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [r["step"] for r in map(json.loads, lines) if r["event"] == "resume"]
+
+
+def _resumed_step(folder: Path) -> int:
+    steps = _resume_steps(folder)
+    return steps[-1] if steps else 0
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_scancel_is_a_failure_and_is_retried(
+    slurm: Path, tmp_path: Path, compile_cache, retries: int
+):
+    run_dir = tmp_path / "run"
+    proc = _popen(
+        ["run", *LONG, *SLURM, f"retries={retries}", f"run_dir={run_dir}"], compile_cache, tmp_path
+    )
+    try:
+        _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 120, "training to start")
+        first = _job_id(run_dir)
+        subprocess.run(["scancel", first], check=True)
+        _finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _wait(lambda: sacct_state(first) == "CANCELLED", 30, "sacct to say CANCELLED")
+    record = read_json(_only_trial(run_dir) / "trial.json")
+    (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
+    if retries:
+        assert record["attempts"] == 2 and record["state"] == "complete"
+        assert record["job_id"] != first
+        assert trial.state.name == "COMPLETE"
+        assert _resume_steps(_only_trial(run_dir))  # the retry went on from the checkpoint
+    else:
+        assert record["state"] == "failed" and record["attempts"] == 1
+        assert "CANCELLED" in record["error"]
+        assert trial.state.name == "FAIL"
+    assert first not in squeue_ids()
+
+
+def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache):
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    out = sweep(
+        ["run", "conf=smoke", *SLURM, f"run_dir={run_dir}", "--detach"], cache=compile_cache
+    )
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - started < 60  # returns at once, does not wait for the study
+    job = read_json(run_dir / "orchestrator" / "job.json")
+    assert f"SLURM job {job['job_id']}" in out.stdout
+    assert f"sweep status {run_dir}" in out.stdout and f"sweep stop {run_dir}" in out.stdout
+
+    def finished() -> bool:
+        status = sweep(["status", str(run_dir), "--json"])
+        assert status.returncode == 0, status.stderr
+        return json.loads(status.stdout)["finished"]
+
+    _wait(finished, 240, "the detached study to finish", every=2)
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    assert _wait(lambda: sacct_state(job["job_id"]) == "COMPLETED", 60, "the orchestrator job")
+    text = sweep(["status", str(run_dir)])
+    assert "finished" in text.stdout and f"detached job {job['job_id']}" in text.stdout
+    report = sweep(["report", str(run_dir)])
+    assert report.returncode == 0, report.stderr
+    assert (run_dir / "report" / "index.html").is_file()
+
+
+def test_stop_ends_a_detached_sweep_and_run_resumes_it(slurm: Path, tmp_path: Path, compile_cache):
+    run_dir = tmp_path / "run"
+    args = [*LONG, *SLURM, f"run_dir={run_dir}"]
+    out = sweep(["run", *args, "--detach"], cache=compile_cache)
+    assert out.returncode == 0, out.stderr
+    orch = read_json(run_dir / "orchestrator" / "job.json")["job_id"]
+    _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 180, "the trial to train")
+    trial_job = _job_id(run_dir)
+    stop = sweep(["stop", str(run_dir)])
+    assert stop.returncode == 0, stop.stderr
+    assert "stopped" in stop.stderr
+    _wait(lambda: orch not in squeue_ids() and trial_job not in squeue_ids(), 60, "jobs to end")
+    record = read_json(_only_trial(run_dir) / "trial.json")
+    assert record["state"] == "stopped" and record["attempts"] == 1
+    stopped_at = _last_step(_only_trial(run_dir))
+    assert 300 <= stopped_at < 5000
+    status = json.loads(sweep(["status", str(run_dir), "--json"]).stdout)
+    assert not status["finished"] and status["orchestrators"] == []
+    # The same command resumes: the trial goes on from its checkpoint, as the same attempt.
+    again = sweep(["run", *args], cache=compile_cache)
+    assert again.returncode == 0, again.stderr
+    record = read_json(_only_trial(run_dir) / "trial.json")
+    assert record["state"] == "complete" and record["attempts"] == 1
+    assert _resume_steps(_only_trial(run_dir))[-1] >= 300
+    assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
