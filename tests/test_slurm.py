@@ -280,3 +280,31 @@ def test_stop_ends_a_detached_sweep_and_run_resumes_it(slurm: Path, tmp_path: Pa
     assert record["state"] == "complete" and record["attempts"] == 1
     assert _resume_steps(_only_trial(run_dir))[-1] >= 300
     assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
+
+
+def test_a_requeued_orchestrator_takes_over_its_running_trial(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """The detached orchestrator's time limit (USR2): it requeues itself, and the new one
+    owns the trial job that kept running: no second run of the trial, no lost result."""
+    run_dir = tmp_path / "run"
+    out = sweep(["run", *LONG, *SLURM, f"run_dir={run_dir}", "--detach"], cache=compile_cache)
+    assert out.returncode == 0, out.stderr
+    orch = read_json(run_dir / "orchestrator" / "job.json")["job_id"]
+    _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 180, "the trial to train")
+    trial_job = _job_id(run_dir)
+    subprocess.run(["scancel", "--signal=USR2", orch], check=True)
+    _release_when_held(orch)
+
+    def finished() -> bool:
+        return json.loads(sweep(["status", str(run_dir), "--json"]).stdout)["finished"]
+
+    _wait(finished, 300, "the study to finish", every=2)
+    record = read_json(_only_trial(run_dir) / "trial.json")
+    assert record["state"] == "complete" and record["attempts"] == 1
+    assert record["job_id"] == trial_job  # the same job ran to its end
+    events = (_only_trial(run_dir) / "events.jsonl").read_text().splitlines()
+    assert [json.loads(e)["event"] for e in events] == ["start"]
+    assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
+    run = read_json(run_dir / "run.json")
+    assert len(run["sessions"]) == 2 and run["ended"] is not None  # two orchestrator runs
