@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from models.distributed import mesh_devices
 from models.errors import ConfigError
 
 AXIS = "data"
@@ -75,9 +76,10 @@ def plan_batch(
 
 
 def make_mesh(n_devices: int) -> Mesh:
-    """A 1-D mesh over the first ``n_devices`` local devices."""
-    devices = np.array(jax.local_devices()[:n_devices])
-    return Mesh(devices, (AXIS,))
+    """A 1-D mesh over the first ``n_devices`` local devices; in a multi-process run over
+    ``n_devices`` global devices, the same number from every process
+    (`models.distributed.mesh_devices`)."""
+    return Mesh(np.array(mesh_devices(n_devices)), (AXIS,))
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

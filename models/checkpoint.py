@@ -1,5 +1,8 @@
 """Atomic checkpoints of the training state, last k kept, restored bit-exactly.
 
+In a multi-process run the trainer gathers the state and only process 0 calls `save`;
+every process calls `restore` with its own (global) template.
+
 A checkpoint is a folder ``checkpoints/step_<N>/`` with ``arrays.npz`` (every array leaf
 of the state, by its tree path) and ``host.json`` (the loop's host-side state). It is
 written under a temporary name and renamed into place, so a crash mid-write leaves
@@ -93,6 +96,16 @@ def restore(directory: Path, step: int, template: Any) -> tuple[Any, dict[str, A
             arr = data[key]
             if arr.dtype.name != dtypes[key]:
                 arr = arr.view(jax.numpy.dtype(dtypes[key]))
-            sharding = getattr(like, "sharding", None)
-            restored.append(jax.device_put(arr, sharding) if sharding is not None else arr)
+            restored.append(_place(arr, getattr(like, "sharding", None)))
     return jax.tree_util.tree_unflatten(treedef, restored), meta["host"]
+
+
+def _place(arr: np.ndarray, sharding: Any) -> Any:
+    """``arr`` laid out as ``sharding``. A sharding spanning several processes is filled by
+    each process for its own devices (``device_put`` would compare the value across
+    processes first); every process reads the same checkpoint."""
+    if sharding is None:
+        return arr
+    if sharding.is_fully_addressable:
+        return jax.device_put(arr, sharding)
+    return jax.make_array_from_callback(arr.shape, sharding, lambda index: arr[index])

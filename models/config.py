@@ -113,9 +113,21 @@ class TrainConfig:
     ema_decay: float = 0.0  # > 0: evaluate an exponential moving average of the weights
     noise_scale: bool = False  # estimate the gradient noise scale B_simple
     seed: int = 0  # init and batch-order seed
-    devices: int | None = None  # local devices to use; None = all
+    # Devices in use; None = all. In a multi-process run: global devices (all processes),
+    # split evenly between the processes.
+    devices: int | None = None
     compile_cache_dir: str = "~/.cache/stepscale/jax"  # "" disables the persistent cache
     resume: bool = True  # continue from the latest checkpoint in the run dir
+    # Multi-process runs (jax.distributed; models/distributed.py): auto = join when this
+    # process is one of several (num_processes > 1 below or in STEPSCALE_NUM_PROCESSES, or
+    # an srun step with SLURM_NTASKS > 1); on = always (JAX detects what is unset); off = never.
+    # The next three fields default to the environment variables STEPSCALE_COORDINATOR_ADDRESS,
+    # STEPSCALE_NUM_PROCESSES and STEPSCALE_PROCESS_ID, else to what JAX detects (SLURM).
+    distributed: str = "auto"  # auto | on | off
+    coordinator_address: str | None = None  # "host:port" of process 0 (or env, see above)
+    num_processes: int | None = None  # processes in the run
+    process_id: int | None = None  # this process, 0-based
+    distributed_timeout_s: int = 300  # how long the processes wait for each other to join
 
 
 @dataclass

@@ -20,6 +20,7 @@ from models import nets
 from models.batching import BatchPlan, plan_batch
 from models.config import TrainerConfig
 from models.data import DataInfo, DataSource, build_source
+from models.distributed import maybe_initialize
 from models.durations import to_steps
 from models.errors import ConfigError
 from models.optim import OPTIMIZERS
@@ -109,11 +110,25 @@ def _check_train(cfg: TrainerConfig) -> int:
             raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
     _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
-    available = len(jax.local_devices())
+    procs = jax.process_count()
+    if procs == 1:
+        available = len(jax.local_devices())
+        devices = available if t.devices is None else t.devices
+        if not 1 <= devices <= available:
+            raise ConfigError(
+                "train.devices", f"must lie in [1, {available}] (local devices), got {devices}"
+            )
+        return devices
+    # A multi-process run: global devices, the same number in every process.
+    available = jax.device_count()
     devices = available if t.devices is None else t.devices
-    if not 1 <= devices <= available:
+    local = jax.local_device_count()
+    if not procs <= devices <= available or devices % procs or devices // procs > local:
         raise ConfigError(
-            "train.devices", f"must lie in [1, {available}] (local devices), got {devices}"
+            "train.devices",
+            f"counts the devices of all {procs} processes in a multi-process run and must be "
+            f"a multiple of {procs} in [{procs}, {procs * local}] ({local} devices per "
+            f"process), got {devices}",
         )
     return devices
 
@@ -228,7 +243,9 @@ def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
 
 
 def prepare(cfg: TrainerConfig) -> RunPlan:
-    """Check every field and derive the plan; raises ConfigError on bad input."""
+    """Check every field and derive the plan; raises ConfigError on bad input. Joins the
+    other processes first when the run is multi-process (`models.distributed`)."""
+    maybe_initialize(cfg)
     _check_optimizer(cfg)
     devices = _check_train(cfg)
     _choice("model.name", cfg.model.name, nets.MODELS)

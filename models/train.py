@@ -4,6 +4,10 @@ Read top to bottom: validate and plan → build state (or resume it from the lat
 checkpoint) → evaluate at step 0 → run compiled chunks of steps up to the next event
 (log, eval, checkpoint, horizon) → log / evaluate / check the target and divergence /
 checkpoint → final status. Every record goes to the reporter keyed by optimizer step.
+
+A run may span several processes (`models.distributed`): every process runs this same
+loop on global arrays; only process 0 reports and writes checkpoints, and every decision
+(evaluation, divergence, target, pruning, Ctrl-C) is the same in all of them.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from models import checkpoint, nets
+from models import checkpoint, distributed, nets
 from models.batching import AXIS, make_mesh, replicated
 from models.config import TrainerConfig
 from models.errors import ConfigError
@@ -130,18 +134,20 @@ class Trainer:
         self.progress = progress
         self.ckpt_dir = run_dir / "checkpoints" if run_dir is not None else None
         t = self.cfg.train
+        self.procs = distributed.process_count()
         self.mesh = make_mesh(plan.batch.devices)
         self.repl = replicated(self.mesh)
         self.host_data = not plan.source.device_side
         self.noise = t.noise_scale or plan.batch.noise_scale_free
         self.spec = self._spec()
-        self.hp = jax.device_put(
+        # Host values every process holds in full become global arrays (distributed.put).
+        self.hp = distributed.put(
             {k: np.float32(v) for k, v in plan.hyperparams().items()}, self.repl
         )
-        self.key = jax.device_put(
+        self.key = distributed.put(
             jax.random.fold_in(jax.random.PRNGKey(t.seed), DATA_STREAM), self.repl
         )
-        self.arrays = jax.device_put(plan.source.device_arrays(), self.repl)
+        self.arrays = distributed.put(plan.source.device_arrays(), self.repl)
         self.eval_batches = self._eval_batches()
 
     # ----------------------------------------------------------------- setup
@@ -149,8 +155,9 @@ class Trainer:
         cfg, plan = self.cfg, self.plan
         abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, plan.info, nnx.Rngs(0)))
         graphdef, _ = nnx.split(abstract)
+        procs = f"|processes={self.procs}" if self.procs > 1 else ""
         return StepSpec(
-            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}",
+            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}{procs}",
             graphdef=graphdef,
             tx=make_optimizer(cfg.optimizer),
             optimizer=cfg.optimizer.name,
@@ -173,7 +180,7 @@ class Trainer:
             if spread
             else self.repl
         )
-        return jax.device_put(batches, sharding)
+        return distributed.put(batches, sharding)
 
     def _init_state(self) -> dict[str, Any]:
         cfg, plan = self.cfg, self.plan
@@ -181,12 +188,13 @@ class Trainer:
         def build(seed_key: jax.Array) -> nnx.Module:
             return nets.build_model(cfg.model, plan.info, nnx.Rngs(params=seed_key))
 
-        return init_fn(self.spec, build, self.repl)(jax.random.PRNGKey(cfg.train.seed))
+        seed_key = distributed.put(jax.random.PRNGKey(cfg.train.seed), self.repl)
+        return init_fn(self.spec, build, self.repl)(seed_key)
 
     # ------------------------------------------------------------- the loop
     def _evaluate(self, state: dict[str, Any]) -> float:
         params = state["ema"] if self.spec.ema else state["params"]
-        return float(eval_fn(self.spec)(params, self.eval_batches))
+        return float(distributed.to_host(eval_fn(self.spec)(params, self.eval_batches)))
 
     def _next_event(self, step: int) -> int:
         t = self.cfg.train
@@ -197,28 +205,64 @@ class Trainer:
         return min(nxt, self.plan.horizon)
 
     def _host_batches(self, start: int, length: int) -> Any:
+        """``[length, B, ...]`` batches spread over the devices; each device's rows are read
+        by the process that holds the device, and only those (host-side sources)."""
         src, seed, b = self.plan.source, self.cfg.train.seed, self.plan.batch.global_batch
-        per_step = [src.host_batch(seed, s, b) for s in range(start, start + length)]
-        stacked = jax.tree.map(lambda *xs: np.stack(xs), *per_step)
         sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, AXIS))
-        return jax.device_put(stacked, sharding)
+        local: dict[tuple[int, int], Any] = {}
+
+        def rows(lo: int, hi: int) -> Any:  # [length, hi - lo, ...] for one device
+            if (lo, hi) not in local:
+                part = slice(lo, hi)
+                steps = range(start, start + length)
+                per_step = [src.host_batch(seed, s, b, rows=part) for s in steps]
+                local[(lo, hi)] = jax.tree.map(lambda *xs: np.stack(xs), *per_step)
+            return local[(lo, hi)]
+
+        def bounds(index: tuple[slice, ...]) -> tuple[int, int]:
+            lo, hi, _ = index[1].indices(b)
+            return lo, hi
+
+        first = next(iter(sharding.addressable_devices_indices_map((length, b)).values()))
+        return {  # a batch is a dict of arrays with the example axis first
+            name: jax.make_array_from_callback(
+                (length, b, *x.shape[2:]),
+                sharding,
+                lambda index, name=name: rows(*bounds(index))[name],
+            )
+            for name, x in rows(*bounds(first)).items()
+        }
 
     def _save(self, state: dict[str, Any], loop: LoopState, now: float) -> None:
+        """Checkpoint (every process calls this at the same steps; process 0 writes)."""
         if self.ckpt_dir is None:
             return
         loop.wall_s = now
-        checkpoint.save(
-            self.ckpt_dir, loop.step, state, loop.to_json(), self.cfg.train.keep_checkpoints
-        )
+        host = distributed.to_host(state)
+        if distributed.is_leader():
+            checkpoint.save(
+                self.ckpt_dir, loop.step, host, loop.to_json(), self.cfg.train.keep_checkpoints
+            )
+        distributed.barrier(f"checkpoint {loop.step}")  # written before anyone goes on
 
     def _restore(self, state: dict[str, Any]) -> tuple[dict[str, Any], LoopState]:
+        """Resume from the latest checkpoint (process 0's listing decides for all)."""
         steps = (
             checkpoint.list_steps(self.ckpt_dir) if self.ckpt_dir and self.cfg.train.resume else []
         )
-        if not steps:
+        latest = distributed.broadcast_int(steps[-1] if steps else -1)
+        if latest < 0:
             return state, LoopState()
-        state, host = checkpoint.restore(self.ckpt_dir, steps[-1], state)
+        state, host = checkpoint.restore(self.ckpt_dir, latest, state)
         return state, LoopState(**host)
+
+    def _report(self, step: int, rec: dict[str, Any]) -> Action:
+        """Hand a record to the reporter; its answer (process 0's) holds in every process."""
+        action = self.reporter.report(step, rec)
+        if self.procs == 1:
+            return action
+        codes = list(Action)
+        return codes[distributed.broadcast_int(codes.index(action))]
 
     def _log_record(self, loop: LoopState, last: dict[str, float], now: float) -> dict[str, Any]:
         p = self.plan
@@ -303,15 +347,16 @@ class Trainer:
                 loop.initial_loss = loss0 if math.isfinite(loss0) and loss0 > 0 else None
                 rec = self._eval_record(loop, loss0)
                 rec.update(tokens=0, examples=0, wall_s=round(time.perf_counter() - clock0, 4))
-                ending = self._ending(loop, self.reporter.report(0, rec), evaluated=True)
+                ending = self._ending(loop, self._report(0, rec), evaluated=True)
             while ending is None:
-                if interrupt.requested:
+                if distributed.any_process(interrupt.requested):
                     # Between chunks the state and the loop agree: keep them, and let the
-                    # next run of the same command resume from here.
+                    # next run of the same command resume from here (a Ctrl-C in one
+                    # process stops them all at the same step).
                     self._save(state, loop, time.perf_counter() - clock0)
                     raise KeyboardInterrupt
                 state, ending = self._advance(loop, state, clock0)
-        now = time.perf_counter() - clock0
+        now = distributed.broadcast_seconds(time.perf_counter() - clock0)
         loop.wall_s = now
         status = self._status(loop, ending, now)
         loop.final = status
@@ -330,7 +375,9 @@ class Trainer:
         batches = self._host_batches(start, length) if self.host_data else None
         fn = chunk_fn(self.spec, length, self.host_data)
         state, metrics = fn(state, self.hp, self.arrays, self.key, batches)
-        metrics = {k: np.asarray(v, dtype=np.float64) for k, v in jax.device_get(metrics).items()}
+        metrics = {
+            k: np.asarray(v, dtype=np.float64) for k, v in distributed.to_host(metrics).items()
+        }
         bad = self._first_non_finite(metrics["loss"])
         if bad is not None:
             metrics = {k: v[: bad + 1] for k, v in metrics.items()}
@@ -341,7 +388,7 @@ class Trainer:
         now = time.perf_counter() - clock0
         last = {k: float(v[-1]) for k, v in metrics.items()}
         if bad is not None:
-            self.reporter.report(end, self._log_record(loop, last, now))
+            self._report(end, self._log_record(loop, last, now))
             return state, Ending("diverged", "training loss is not finite", end)
         action, evaluated = self._events(state, loop, last, now)
         if self.progress is not None:
@@ -366,7 +413,7 @@ class Trainer:
             rec.setdefault("tokens", step * self.plan.tokens_per_step)
             rec.setdefault("examples", step * self.plan.examples_per_step)
             rec.setdefault("wall_s", round(now, 4))
-        action = self.reporter.report(step, rec) if rec else Action.CONTINUE
+        action = self._report(step, rec) if rec else Action.CONTINUE
         if t.checkpoint_every and step % t.checkpoint_every == 0 and not at_end:
             self._save(state, loop, now)
         return action, evaluated
@@ -404,9 +451,17 @@ def train(
     """Run one training run to its horizon (or target, divergence, prune) and return its
     final status. ``run_dir`` holds checkpoints (none are written without it); the default
     reporter is in-memory — pass `JsonlReporter(run_dir)` for the files of DESIGN.md §3.
-    Raises `ConfigError` on bad input before any compute."""
+    Raises `ConfigError` on bad input before any compute.
+
+    Multi-process (`models.distributed`; joined here or in `prepare`, before any JAX
+    computation): call it in every process with the same config and run dir. Only process 0
+    uses ``reporter`` and ``progress`` (the others report to a `NullReporter`) and writes
+    checkpoints; every process returns the same status."""
+    distributed.maybe_initialize(cfg)
     plan = plan or prepare(cfg)
     configure_compile_cache(cfg.train.compile_cache_dir)
+    if not distributed.is_leader():
+        reporter, progress = NullReporter(), None
     trainer = Trainer(
         plan, Path(run_dir) if run_dir is not None else None, reporter or NullReporter(), progress
     )

@@ -50,8 +50,10 @@ class DataSource(Protocol):
         """Device-side: a batch of ``batch_size`` examples drawn with ``key`` (pure, jittable)."""
         ...
 
-    def host_batch(self, seed: int, step: int, batch_size: int) -> Batch:
-        """Host-side: the batch of optimizer step ``step`` as numpy arrays."""
+    def host_batch(self, seed: int, step: int, batch_size: int, rows: slice | None = None) -> Batch:
+        """Host-side: the batch of optimizer step ``step`` as numpy arrays; with ``rows``
+        only those examples of it (what one process's devices hold in a multi-process
+        run), computed without reading the others."""
         ...
 
     def eval_set(self) -> Batch:

@@ -80,10 +80,13 @@ class FileSource:
         """Not available: a host-side source is read with ``host_batch``."""
         raise NotImplementedError("FileSource is host-side; use host_batch()")
 
-    def host_batch(self, seed: int, step: int, batch_size: int) -> Batch:
-        """Windows at ``batch_size`` random starts drawn from ``default_rng([seed, step])``."""
+    def host_batch(self, seed: int, step: int, batch_size: int, rows: slice | None = None) -> Batch:
+        """Windows at ``batch_size`` random starts drawn from ``default_rng([seed, step])``;
+        only the examples ``rows`` of them (a process's share) when given."""
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, self.n_train - self.seq_len, size=batch_size)
+        if rows is not None:
+            starts = starts[rows]
         return {"tokens": self._windows(starts)}
 
     def eval_set(self) -> Batch:

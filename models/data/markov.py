@@ -151,7 +151,7 @@ class MarkovSource:
             arrays, key, batch_size, vocab=self.vocab, order=self.order, seq_len=self.seq_len
         )
 
-    def host_batch(self, seed: int, step: int, batch_size: int) -> Batch:
+    def host_batch(self, seed: int, step: int, batch_size: int, rows: slice | None = None) -> Batch:
         """Not available: a device-side source is sampled inside the compiled step."""
         raise NotImplementedError("MarkovSource is device-side; use sample()")
 

@@ -45,7 +45,7 @@ class NQMSource:
         """Standard normal ``z`` float32 [batch_size, dim]."""
         return sample_noise(key, batch_size, self.dim)
 
-    def host_batch(self, seed: int, step: int, batch_size: int) -> Batch:
+    def host_batch(self, seed: int, step: int, batch_size: int, rows: slice | None = None) -> Batch:
         """Not available: a device-side source is sampled inside the compiled step."""
         raise NotImplementedError("NQMSource is device-side; use sample()")
 

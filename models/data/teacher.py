@@ -69,7 +69,7 @@ class TeacherSource:
             arrays, key, batch_size, input_dim=self.input_dim, temperature=self.temperature
         )
 
-    def host_batch(self, seed: int, step: int, batch_size: int) -> Batch:
+    def host_batch(self, seed: int, step: int, batch_size: int, rows: slice | None = None) -> Batch:
         """Not available: a device-side source is sampled inside the compiled step."""
         raise NotImplementedError("TeacherSource is device-side; use sample()")
 
