@@ -68,9 +68,10 @@ def trial_alive(folder: Path, timeout_s: float) -> bool:
 class JobHeartbeat:
     """A daemon thread refreshing ``heartbeat.job`` every ``every_s`` with the current step."""
 
-    def __init__(self, folder: Path, every_s: float = 5.0) -> None:
+    def __init__(self, folder: Path, every_s: float = 5.0, active: bool = True) -> None:
         self.path = folder / "heartbeat.job"
         self.every_s = every_s
+        self.active = active  # False in the other tasks of a multi-process trial
         self.step = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -81,10 +82,13 @@ class JobHeartbeat:
             self._stop.wait(self.every_s)
 
     def __enter__(self) -> JobHeartbeat:
-        self._thread.start()
+        if self.active:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self.active:
+            return
         self._stop.set()
         self._thread.join(timeout=2)
         with contextlib.suppress(OSError):

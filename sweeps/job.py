@@ -161,7 +161,11 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     cfg = to_trainer_config(spec.config)
     module, _, function = spec.trainer.partition(":")
     trainer = getattr(importlib.import_module(module), function)
-    with StopSignals() as stop, JobHeartbeat(folder) as heartbeat:
+    # In a trial of several tasks (jax.distributed) every task trains, task 0 reports.
+    leader = (
+        int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == 0
+    )
+    with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat:
         reporter = TrialReporter(
             JsonlReporter(folder), _optuna_trial(spec), heartbeat, prune=spec.prune
         )
@@ -170,8 +174,9 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         except KeyboardInterrupt:
             if stop.received is None:
                 raise
-            name = signal.Signals(stop.received).name
-            record_event(folder, "stopped", heartbeat.step, signal=name)
+            if leader:
+                name = signal.Signals(stop.received).name
+                record_event(folder, "stopped", heartbeat.step, signal=name)
     stop.finish_stop()
     raise AssertionError("unreachable")
 

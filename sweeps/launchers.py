@@ -69,7 +69,8 @@ class JobHandle:
         """(True, result) or (False, error) once done."""
         if self._outcome is None:
             try:
-                self._outcome = (True, self.job.result())
+                # Task 0's result; a trial of several tasks (jax.distributed) has one each.
+                self._outcome = (True, self.job.results()[0])
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # the job failed, was killed or cancelled

@@ -37,6 +37,8 @@ _MUTABLE = {
     "name", "run_dir", "description", "parallelism", "retries", "keep_checkpoints",
     "heartbeat_timeout_s", "launcher", "storage", "budget.trials_per_point",
     "budget.confirm_seeds", "train.compile_cache_dir", "train.devices", "data.max_microbatch",
+    "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
+    "train.distributed_timeout_s",
 }  # fmt: skip
 
 
@@ -90,6 +92,10 @@ def _plan_points(cfg: StudyConfig, space: SearchSpace) -> dict[str, dict[str, An
         plans = []
         for values in _range_ends(space, point):
             tree = trial_config(cfg, space, point, values, cfg.seed, None)
+            if cfg.launcher.name == "slurm":
+                # The jobs' devices (GPUs, several tasks) are not this machine's: the job
+                # checks train.devices against what it gets.
+                tree["train"]["devices"] = None
             try:
                 plans.append(prepare(to_trainer_config(tree)))
             except ConfigError as exc:

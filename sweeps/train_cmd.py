@@ -32,6 +32,11 @@ _LAYOUT_KEYS = (
     ("train", "resume"),
     ("train", "compile_cache_dir"),
     ("train", "devices"),
+    ("train", "distributed"),
+    ("train", "coordinator_address"),
+    ("train", "num_processes"),
+    ("train", "process_id"),
+    ("train", "distributed_timeout_s"),
     ("data", "max_microbatch"),
 )
 

@@ -308,3 +308,56 @@ def test_a_requeued_orchestrator_takes_over_its_running_trial(
     assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
     run = read_json(run_dir / "run.json")
     assert len(run["sessions"]) == 2 and run["ended"] is not None  # two orchestrator runs
+
+
+def test_a_trial_spans_two_slurm_tasks_with_jax_distributed(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """launcher.tasks_per_node=2: both tasks train one trial as one SPMD program (gloo
+    collectives on CPU, one device each) and give the numbers of one process with two
+    devices."""
+    from test_study import SWEEP, _env
+
+    common = [
+        SWEEP,
+        "run",
+        "conf=smoke",
+        "scientific.batch_size.values=[8]",
+        "budget.trials_per_point=1",
+        "budget.max_steps=60",
+        "parallelism=1",
+        "pruner=none",
+        f"train.compile_cache_dir={compile_cache}",
+    ]
+    env = _env(compile_cache) | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    ref = subprocess.run(
+        [*common, f"run_dir={tmp_path / 'ref'}"], env=env, capture_output=True, text=True
+    )
+    assert ref.returncode == 0, ref.stderr
+    two = subprocess.run(
+        [*common, *SLURM, "launcher.tasks_per_node=2", f"run_dir={tmp_path / 'slurm'}"],
+        env=_env(compile_cache),  # one CPU device per task
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr
+    folder = _only_trial(tmp_path / "slurm")
+    status = read_json(folder / "status.json")
+    assert status["state"] == "complete" and status["devices"] == 2
+    rows, ref_rows = _metrics(folder), _metrics(_only_trial(tmp_path / "ref"))
+    assert [r["step"] for r in rows] == [r["step"] for r in ref_rows]
+    for row, ref_row in zip(rows, ref_rows, strict=True):
+        for key, value in ref_row.items():
+            if isinstance(value, float):
+                assert row[key] == pytest.approx(value, rel=1e-5), (row["step"], key)
+    # Both tasks ran (two task logs), one reported.
+    job = read_json(folder / "trial.json")["job_id"]
+    assert sorted(p.name for p in (folder / "logs").glob(f"{job}_*_log.out")) == [
+        f"{job}_0_log.out",
+        f"{job}_1_log.out",
+    ]
+    events = (folder / "events.jsonl").read_text().splitlines()
+    assert [json.loads(e)["event"] for e in events] == ["start"]
+    record = read_json(folder / "trial.json")
+    assert record["state"] == "complete" and record["attempts"] == 1, record
