@@ -346,10 +346,11 @@ def run_study(
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
-    storage = open_storage(storage_spec)
     # The study's files exist before anything runs, so `sweep status` answers at once.
-    # Another orchestrator of the same study may be starting too: one at a time.
+    # Another orchestrator of the same study may be starting too: one at a time (two
+    # processes creating Optuna's tables in a fresh database at once would collide).
     with RunLock(run_dir) as lock:
+        storage = open_storage(storage_spec)
         _check_unchanged(run_dir, cfg)
         _write_run_files(run_dir, raw, cfg, space, storage_spec, argv, provenance=not detach)
     lock.close()

@@ -238,8 +238,28 @@ class Scheduler:
             "ended": None,
         }
         write_trial_json(folder, record)
-        spec = TrialSpec(
-            trial=record["trial"],
+        spec = self._spec(point, trial, folder, tree, attempt, record["kind"])
+        heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
+        handle = self.launcher.submit(
+            folder, TrialJob(), spec, name=f"{self.cfg.name}:{spec.trial}"
+        )
+        record["job_id"] = handle.job_id
+        write_trial_json(folder, record)
+        self.running[trial._trial_id] = Running(
+            point, trial._trial_id, trial.number, folder, spec, handle, record
+        )
+
+    def _spec(
+        self,
+        point: Point,
+        trial: FrozenTrial,
+        folder: Path,
+        tree: dict[str, Any],
+        attempt: int,
+        kind: str,
+    ) -> TrialSpec:
+        return TrialSpec(
+            trial=f"{point.label}/{trial.number}",
             study_name=self.studies[point.label].study_name,
             trial_id=trial._trial_id,
             number=trial.number,
@@ -251,16 +271,7 @@ class Scheduler:
             horizon=self.horizons[point.label],
             attempt=attempt,
             # Confirm seeds re-run the best values to measure seed spread: never pruned.
-            prune=record["kind"] == "tune",
-        )
-        heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
-        handle = self.launcher.submit(
-            folder, TrialJob(), spec, name=f"{self.cfg.name}:{spec.trial}"
-        )
-        record["job_id"] = handle.job_id
-        write_trial_json(folder, record)
-        self.running[trial._trial_id] = Running(
-            point, trial._trial_id, trial.number, folder, spec, handle, record
+            prune=kind == "tune",
         )
 
     # ------------------------------------------------------------- finish
@@ -357,19 +368,9 @@ class Scheduler:
         if handle is None:
             return False
         heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
-        spec = TrialSpec(
-            trial=record["trial"],
-            study_name=self.studies[point.label].study_name,
-            trial_id=trial._trial_id,
-            number=trial.number,
-            trial_dir=str(folder.resolve()),
-            config={},
-            storage=self.storage_spec,
-            trainer=self.cfg.trainer,
-            pruner=None,
-            horizon=self.horizons[point.label],
-            attempt=int(record.get("attempts", 1)),
-        )
+        # The job runs with the spec it was submitted with; this one is for bookkeeping.
+        attempt = int(record.get("attempts", 1))
+        spec = self._spec(point, trial, folder, {}, attempt, record.get("kind", "tune"))
         self.running[trial._trial_id] = Running(
             point, trial._trial_id, trial.number, folder, spec, handle, record
         )
