@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,7 +64,15 @@ class JobHandle:
 
     def done(self) -> bool:
         """Has the job ended (in any way)?"""
-        return self._outcome is not None or self.job.done()
+        if self._outcome is not None:
+            return True
+        if not self.job.done():
+            return False
+        # sacct can show a job that is being requeued (preemption, time limit) as ended for
+        # a moment; the controller's queue knows better. A job with a result has ended.
+        if isinstance(self.job, submitit.SlurmJob) and not self.job.paths.result_pickle.exists():
+            return not slurm_job_active(self.job.job_id)
+        return True
 
     def outcome(self) -> tuple[bool, Any]:
         """(True, result) or (False, error) once done."""
@@ -118,7 +127,7 @@ class Launcher:
         if self.cfg.name != "slurm":
             return None
         job = submitit.SlurmJob(folder=folder / "logs", job_id=job_id)
-        if job.done(force_check=True):
+        if job.done(force_check=True) and not slurm_job_active(job_id):
             return None
         return JobHandle(job, inline=False)
 
@@ -180,6 +189,29 @@ class Launcher:
         if slot is not None:
             self._slots[slot] = handle
         return handle
+
+
+# squeue states of a job that has not ended (it may run again).
+_ENDED = {
+    "BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+    "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT", "REVOKED",
+}  # fmt: skip
+
+
+def slurm_job_active(job_id: str) -> bool:
+    """Is the job still in the controller's queue in a state it can run from (pending,
+    running, requeued, completing)? A job the controller no longer knows has ended."""
+    try:
+        out = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%T"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    states = out.stdout.split() if out.returncode == 0 else []
+    return any(state not in _ENDED for state in states)
 
 
 def local_gpus() -> list[int]:

@@ -221,6 +221,7 @@ class Scheduler:
         tree = trial_config(self.cfg, self.space, point, nuisance, seed, folder)
         write_config_yaml(folder, tree)
         previous = read_json(folder / "trial.json") or {}
+        failures = previous.get("failures")
         record = {
             "trial": f"{point.label}/{trial.number}",
             "point": point.label,
@@ -237,6 +238,8 @@ class Scheduler:
             "started": previous.get("started", now_iso()),
             "ended": None,
         }
+        if failures:
+            record["failures"] = failures  # errors of earlier attempts (retried)
         write_trial_json(folder, record)
         spec = self._spec(point, trial, folder, tree, attempt, record["kind"])
         heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
@@ -284,15 +287,17 @@ class Scheduler:
             status = result if ok and isinstance(result, dict) else None
             if status is not None and status.get("state") in FINISHED:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
-            elif run.record["attempts"] <= self.cfg.retries:
+                continue
+            error = (
+                f"{type(result).__name__}: {result}" if not ok else f"unexpected result {result!r}"
+            )
+            if run.record["attempts"] <= self.cfg.retries:
+                # Kept for the user: why this trial needed another job.
+                run.record["failures"] = [*run.record.get("failures", []), error[:2000]]
+                write_trial_json(run.folder, run.record)
                 trial = self.storage.get_trial(trial_id)
                 self._submit(run.point, trial, attempt=run.record["attempts"] + 1)
             else:
-                error = (
-                    f"{type(result).__name__}: {result}"
-                    if not ok
-                    else f"unexpected result {result!r}"
-                )
                 self._finalize(run.point, trial_id, run.folder, None, run.record, error=error)
 
     def _finalize(

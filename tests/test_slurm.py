@@ -179,7 +179,8 @@ def test_requeue_and_preemption_resume_at_the_signalled_step(
     (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
     assert trial.number == 0 and trial.state.name == "COMPLETE"
     assert sorted(trial.intermediate_values) == list(range(250, 5001, 250))
-    assert read_json(folder / "trial.json")["attempts"] == 1
+    record = read_json(folder / "trial.json")
+    assert record["attempts"] == 1 and "failures" not in record, record
     assert sacct_state(job) == "COMPLETED"
 
 
@@ -219,6 +220,8 @@ def test_scancel_is_a_failure_and_is_retried(
     if retries:
         assert record["attempts"] == 2 and record["state"] == "complete"
         assert record["job_id"] != first
+        (failure,) = record["failures"]  # why it needed a second job
+        assert "CANCELLED" in failure
         assert trial.state.name == "COMPLETE"
         assert _resume_steps(_only_trial(run_dir))  # the retry went on from the checkpoint
     else:
