@@ -26,6 +26,26 @@ _CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
+# The slowest files first (measured): with pytest-xdist handing out whole files
+# (--dist loadfile), the long cluster file starts at once and the short files fill the
+# other workers around it instead of leaving one worker running it alone at the end.
+_SLOWEST_FIRST = (
+    "test_slurm.py",
+    "test_study.py",
+    "test_train.py",
+    "test_cli_train.py",
+    "test_multi_orchestrator.py",
+    "test_postgres.py",
+    "test_distributed.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order test files slowest first, keeping each file's own order."""
+    rank = {name: i for i, name in enumerate(_SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture
 def compile_cache() -> str:
     """A persistent compilation cache directory shared by the tests of this session."""
