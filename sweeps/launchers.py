@@ -200,7 +200,11 @@ _ENDED = {
 
 def slurm_job_active(job_id: str) -> bool:
     """Is the job still in the controller's queue in a state it can run from (pending,
-    running, requeued, completing)? A job the controller no longer knows has ended."""
+    running, requeued, completing)? A job the controller no longer knows has ended.
+
+    When the controller cannot answer (down, busy, timing out) the job counts as active,
+    as submitit does when sacct fails: the next poll asks again, instead of a job that may
+    still run being retried as a second job on the same trial folder."""
     try:
         out = subprocess.run(
             ["squeue", "-h", "-j", str(job_id), "-o", "%T"],
@@ -208,10 +212,13 @@ def slurm_job_active(job_id: str) -> bool:
             text=True,
             timeout=60,
         )
-    except (OSError, subprocess.SubprocessError):
+    except subprocess.TimeoutExpired:
+        return True
+    except OSError:  # no squeue here: sacct's answer stands
         return False
-    states = out.stdout.split() if out.returncode == 0 else []
-    return any(state not in _ENDED for state in states)
+    if out.returncode != 0:
+        return "Invalid job id" not in out.stderr
+    return any(state not in _ENDED for state in out.stdout.split())
 
 
 def local_gpus() -> list[int]:

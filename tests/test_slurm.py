@@ -5,6 +5,8 @@ scancel seen as a failure and retried, detached orchestrators, `sweep stop`."""
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -110,6 +112,37 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
         raise AssertionError(f"sweep run did not finish in {timeout} s:\n{err[-3000:]}") from None
     assert proc.returncode == 0, err[-3000:]
     return out, err
+
+
+def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller(
+    slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A job counts as ended only when the controller says so; when it cannot be asked
+    the job counts as live (asked again later), never as ended and retried twice."""
+    from sweeps.launchers import slurm_job_active
+
+    out = subprocess.run(
+        ["sbatch", "--parsable", "--wrap", "sleep 120", "-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    job = out.stdout.strip().split(";")[0]
+    try:
+        assert slurm_job_active(job)
+        assert not slurm_job_active("987654")  # the controller does not know it
+        # The same cluster seen through a controller port nothing listens on.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead_port = s.getsockname()[1]
+        text = re.sub(r"(?m)^SlurmctldPort=\d+", f"SlurmctldPort={dead_port}", slurm.read_text())
+        (tmp_path / "slurm.conf").write_text(text)
+        with monkeypatch.context() as m:
+            m.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+            assert slurm_job_active("987654")
+    finally:
+        subprocess.run(["scancel", job], check=True)
+    _wait(lambda: not slurm_job_active(job), 60, f"cancelled job {job} to leave the queue")
 
 
 def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path, compile_cache):
