@@ -59,6 +59,21 @@ def _wait(predicate: Any, timeout: float, what: str, every: float = 0.2) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def _wait_for_sacct(job_id: str, state: str, timeout: float = 60) -> None:
+    # The result file can be on disk while the job's batch step is still exiting, and
+    # slurmctld hands the end to slurmdbd asynchronously: sacct may say RUNNING for a moment.
+    seen: list[str] = []
+
+    def settled() -> bool:
+        seen.append(sacct_state(job_id))
+        return seen[-1] == state
+
+    try:
+        _wait(settled, timeout, f"sacct to say {state} for job {job_id}", every=0.5)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; it said {sorted(set(seen))}") from None
+
+
 def _only_trial(run_dir: Path) -> Path:
     folders = list((run_dir / "trials").glob("*/*"))
     return folders[0] if len(folders) == 1 else None  # type: ignore[return-value]
@@ -166,7 +181,7 @@ def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path,
             folder = tmp_path / "slurm" / "trials" / rec["point"] / str(rec["number"])
             # Job logs land in the trial's folder.
             assert list((folder / "logs").glob(f"{rec['job_id']}_0_log.out"))
-            assert sacct_state(rec["job_id"]) == "COMPLETED"
+            _wait_for_sacct(rec["job_id"], "COMPLETED")
 
 
 def test_requeue_and_preemption_resume_at_the_signalled_step(
@@ -214,7 +229,7 @@ def test_requeue_and_preemption_resume_at_the_signalled_step(
     assert sorted(trial.intermediate_values) == list(range(250, 5001, 250))
     record = read_json(folder / "trial.json")
     assert record["attempts"] == 1 and "failures" not in record, record
-    assert sacct_state(job) == "COMPLETED"
+    _wait_for_sacct(job, "COMPLETED")
 
 
 def _resume_steps(folder: Path) -> list[int]:
@@ -247,7 +262,7 @@ def test_scancel_is_a_failure_and_is_retried(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert _wait(lambda: sacct_state(first) == "CANCELLED", 30, "sacct to say CANCELLED")
+    _wait_for_sacct(first, "CANCELLED", 30)
     record = read_json(_only_trial(run_dir) / "trial.json")
     (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
     if retries:
@@ -283,7 +298,7 @@ def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache
 
     _wait(finished, 240, "the detached study to finish", every=2)
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
-    assert _wait(lambda: sacct_state(job["job_id"]) == "COMPLETED", 60, "the orchestrator job")
+    _wait_for_sacct(job["job_id"], "COMPLETED")
     text = sweep(["status", str(run_dir)])
     assert "finished" in text.stdout and f"detached job {job['job_id']}" in text.stdout
     report = sweep(["report", str(run_dir)])
