@@ -100,11 +100,19 @@ def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
         "step": step,
         "time": time.time(),
         "host": socket.gethostname(),
-        "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"),
+        "job_id": _job_id(),
         **info,
     }
     with contextlib.suppress(OSError), open(folder / "events.jsonl", "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def _job_id() -> str | None:
+    """This job's id as the orchestrator knows it: ``<array>_<index>`` for an array task."""
+    env = os.environ
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID")
 
 
 class StopSignals:

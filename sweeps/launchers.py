@@ -16,12 +16,14 @@ and their logs land in ``<trial>/logs/``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,7 @@ from sweeps.compose import UsageError
 from sweeps.schema import LauncherConfig
 
 LAUNCHERS = ("local", "slurm", "inline")
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -41,6 +44,16 @@ def _working_dir(path: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(previous)
+
+
+@dataclass
+class JobRequest:
+    """One job to submit: ``fn(*args)``, started in ``folder``, logs in ``folder/logs``."""
+
+    folder: Path
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    name: str = "stepscale"
 
 
 class JobHandle:
@@ -59,8 +72,14 @@ class JobHandle:
 
     @property
     def job_id(self) -> str:
-        """The executor's id of the job (SLURM job id, local pid)."""
+        """The executor's id of the job (SLURM job id, ``<array>_<index>`` for an array's
+        task, local pid)."""
         return str(self.job.job_id)
+
+    @property
+    def files(self) -> Path:
+        """The folder of submitit's files for this job (pickles, logs)."""
+        return Path(self.job.paths.folder)
 
     def done(self) -> bool:
         """Has the job ended (in any way)?"""
@@ -122,11 +141,12 @@ class Launcher:
             self._last_refresh = now
             submitit.SlurmJob.watcher.update()
 
-    def attach(self, folder: Path, job_id: str) -> JobHandle | None:
-        """A handle on an existing SLURM job of a trial, if it is still queued or running."""
+    def attach(self, folder: Path, job_id: str, files: Path | None = None) -> JobHandle | None:
+        """A handle on an existing SLURM job of a trial, if it is still queued or running
+        (``files``: its submitit folder, when not ``folder/logs``, as for an array task)."""
         if self.cfg.name != "slurm":
             return None
-        job = submitit.SlurmJob(folder=folder / "logs", job_id=job_id)
+        job = submitit.SlurmJob(folder=files or folder / "logs", job_id=job_id)
         if job.done(force_check=True) and not slurm_job_active(job_id):
             return None
         return JobHandle(job, inline=False)
@@ -178,7 +198,7 @@ class Launcher:
         env: dict[str, str] = {}
         # sbatch from inside a SLURM job (a detached orchestrator) must not pass that job's
         # SLURM_* settings on: srun in the trial's job would read them as its own.
-        drop = ("SLURM_", "SBATCH_", "SUBMITIT_") if self.cfg.name == "slurm" else ()
+        drop = _INHERITED_SLURM if self.cfg.name == "slurm" else ()
         with (
             _working_dir(folder),
             _controller_ignores_sigint(self.cfg.name == "local"),
@@ -189,6 +209,45 @@ class Launcher:
         if slot is not None:
             self._slots[slot] = handle
         return handle
+
+    def submit_together(
+        self, requests: list[JobRequest], array_folder: Path, name: str = "stepscale"
+    ) -> list[JobHandle]:
+        """Submit jobs asked for at the same time. On SLURM, two or more go as one job array
+        named ``name`` (``--array=0-<n-1>%<array_parallelism>``: one sbatch, one line in
+        squeue, at most ``array_parallelism`` of them running at once); their submitit files
+        live in ``array_folder`` and each job's logs are linked into its ``folder/logs``.
+        Elsewhere, and for a single job, each is submitted as by :meth:`submit`."""
+        if self.cfg.name != "slurm" or len(requests) < 2:
+            return [self.submit(r.folder, r.fn, *r.args, name=r.name) for r in requests]
+        array_folder.mkdir(parents=True, exist_ok=True)
+        executor = self._executor(array_folder, name, [])
+        # The array is sbatch'ed as the batch closes, inside the other two contexts.
+        with (
+            _working_dir(array_folder),
+            _environment({}, drop=_INHERITED_SLURM),
+            executor.batch(),
+        ):
+            jobs = [executor.submit(r.fn, *r.args) for r in requests]
+        for request, job in zip(requests, jobs, strict=True):
+            _link_logs(job, request.folder / "logs")
+        return [JobHandle(job, inline=False) for job in jobs]
+
+
+# A job's own settings, which sbatch run from inside it must not pass on (see submit).
+_INHERITED_SLURM = ("SLURM_", "SBATCH_", "SUBMITIT_")
+
+
+def _link_logs(job: Any, logs: Path) -> None:
+    """Link an array task's stdout/stderr (one pair per SLURM task) into the trial's logs
+    folder, by relative paths so the run dir can move; they exist once the task starts."""
+    logs.mkdir(parents=True, exist_ok=True)
+    for task in range(job.num_tasks):
+        paths = submitit.core.utils.JobPaths(job.paths.folder, job_id=job.job_id, task_id=task)
+        for target in (paths.stdout, paths.stderr):
+            link = logs / target.name
+            if not link.is_symlink():
+                link.symlink_to(os.path.relpath(target, logs))
 
 
 # squeue states of a job that has not ended (it may run again).
@@ -213,12 +272,38 @@ def slurm_job_active(job_id: str) -> bool:
             timeout=60,
         )
     except subprocess.TimeoutExpired:
+        _controller_silent(job_id, "squeue gave no answer in 60 s")
         return True
     except OSError:  # no squeue here: sacct's answer stands
         return False
     if out.returncode != 0:
-        return "Invalid job id" not in out.stderr
+        if "Invalid job id" in out.stderr:
+            return False
+        said = out.stderr.strip().splitlines()
+        _controller_silent(job_id, said[-1] if said else f"squeue exit {out.returncode}")
+        return True
+    _last_silence_warning[0] = 0.0  # it answers again: say so at once next time it does not
     return any(state not in _ENDED for state in out.stdout.split())
+
+
+SILENCE_WARNING_EVERY_S = 300.0
+_last_silence_warning = [0.0]  # monotonic time of the last warning (0: none since an answer)
+
+
+def _controller_silent(job_id: str, why: str) -> None:
+    """Say (at most every few minutes) that the orchestrator is waiting on a controller
+    that does not answer, so a sweep that seems stuck says why."""
+    now = time.monotonic()
+    last = _last_silence_warning[0]
+    if last and now - last < SILENCE_WARNING_EVERY_S:
+        return
+    _last_silence_warning[0] = now
+    log.warning(
+        "sweep: warning: the SLURM controller did not answer about job %s (%s); its jobs count as still "
+        "running and are asked about again every poll, nothing is resubmitted meanwhile",
+        job_id,
+        why,
+    )
 
 
 def local_gpus() -> list[int]:

@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweeps import heartbeat, orchestrators
 from sweeps.job import TrialJob
-from sweeps.launchers import JobHandle, Launcher
+from sweeps.launchers import JobHandle, JobRequest, Launcher
 from sweeps.objective import objective_value
 from sweeps.runlock import RunLock
 from sweeps.samplers import derived_seed, make_sampler
@@ -69,6 +69,18 @@ class Running:
     folder: Path
     spec: TrialSpec
     handle: JobHandle
+    record: dict[str, Any]
+
+
+@dataclass
+class Prepared:
+    """A trial whose folder is written and whose job is about to be submitted."""
+
+    point: Point
+    trial_id: int
+    number: int
+    folder: Path
+    spec: TrialSpec
     record: dict[str, Any]
 
 
@@ -188,7 +200,7 @@ class Scheduler:
         return True
 
     # ------------------------------------------------------------ submit
-    def _ask(self, point: Point, kind: str) -> None:
+    def _ask(self, point: Point, kind: str) -> Prepared:
         study = self.studies[point.label]
         dists = self.space.distributions(point.label)
         trials = self._trials(point)
@@ -212,9 +224,14 @@ class Scheduler:
         if kind == "tune":
             trial.set_user_attr("kind", "tune")
             trial.set_user_attr("seed", self.cfg.seed)
-        self._submit(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
+        return self._prepare(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
 
     def _submit(self, point: Point, trial: FrozenTrial, attempt: int) -> None:
+        self._launch([self._prepare(point, trial, attempt)])
+
+    def _prepare(self, point: Point, trial: FrozenTrial, attempt: int) -> Prepared:
+        """Write a trial's folder (config, trial.json, the orchestrator's heartbeat, which
+        keeps other orchestrators off it) and its job's spec; :meth:`_launch` submits it."""
         folder = trial_dir(self.run_dir, point.label, trial.number)
         nuisance = self.space.trainer_values(point.label, trial.params)
         seed = int(trial.user_attrs.get("seed", self.cfg.seed))
@@ -243,14 +260,25 @@ class Scheduler:
         write_trial_json(folder, record)
         spec = self._spec(point, trial, folder, tree, attempt, record["kind"])
         heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
-        handle = self.launcher.submit(
-            folder, TrialJob(), spec, name=f"{self.cfg.name}:{spec.trial}"
+        return Prepared(point, trial._trial_id, trial.number, folder, spec, record)
+
+    def _launch(self, batch: list[Prepared]) -> None:
+        """Submit prepared trials together (on SLURM, two or more as one job array)."""
+        requests = [
+            JobRequest(p.folder, TrialJob(), (p.spec,), name=f"{self.cfg.name}:{p.spec.trial}")
+            for p in batch
+        ]
+        handles = self.launcher.submit_together(
+            requests, self.run_dir / "jobs", name=f"{self.cfg.name}:{len(batch)} trials"
         )
-        record["job_id"] = handle.job_id
-        write_trial_json(folder, record)
-        self.running[trial._trial_id] = Running(
-            point, trial._trial_id, trial.number, folder, spec, handle, record
-        )
+        for p, handle in zip(batch, handles, strict=True):
+            p.record["job_id"] = handle.job_id
+            if handle.files != p.folder / "logs":
+                p.record["job_files"] = str(handle.files.resolve())
+            write_trial_json(p.folder, p.record)
+            self.running[p.trial_id] = Running(
+                p.point, p.trial_id, p.number, p.folder, p.spec, handle, p.record
+            )
 
     def _spec(
         self,
@@ -369,7 +397,8 @@ class Scheduler:
         job_id = record.get("job_id")
         if self.cfg.launcher.name != "slurm" or not job_id or "trial" not in record:
             return False
-        handle = self.launcher.attach(folder, str(job_id))
+        files = record.get("job_files")
+        handle = self.launcher.attach(folder, str(job_id), Path(files) if files else None)
         if handle is None:
             return False
         heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
@@ -455,13 +484,20 @@ class Scheduler:
                 self.launcher.refresh()
                 self._reap()
                 self._adopt()
-                while len(self.running) < self.cfg.parallelism:
+                # On SLURM, trials asked in one pass are submitted together, as one job array.
+                together = self.cfg.launcher.name == "slurm"
+                batch: list[Prepared] = []
+                while len(self.running) + len(batch) < self.cfg.parallelism:
                     with self.lock:
                         choice = self._pick_point()
                         if choice is None:
                             break
-                        self._ask(*choice)
-                    self._reap()  # inline jobs are done already
+                        batch.append(self._ask(*choice))
+                    if not together:
+                        self._launch(batch)
+                        batch = []
+                        self._reap()  # inline jobs are done already
+                self._launch(batch)
                 if self.progress is not None:
                     self.progress(self.stats())
                 if self._finished():

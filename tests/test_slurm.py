@@ -5,6 +5,7 @@ scancel seen as a failure and retried, detached orchestrators, `sweep stop`."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 import subprocess
@@ -130,10 +131,11 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
 
 
 def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller(
-    slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
     """A job counts as ended only when the controller says so; when it cannot be asked
     the job counts as live (asked again later), never as ended and retried twice."""
+    from sweeps import launchers
     from sweeps.launchers import slurm_job_active
 
     out = subprocess.run(
@@ -152,9 +154,17 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
             dead_port = s.getsockname()[1]
         text = re.sub(r"(?m)^SlurmctldPort=\d+", f"SlurmctldPort={dead_port}", slurm.read_text())
         (tmp_path / "slurm.conf").write_text(text)
-        with monkeypatch.context() as m:
+        launchers._last_silence_warning[0] = 0.0
+        with monkeypatch.context() as m, caplog.at_level(logging.WARNING, "sweeps.launchers"):
             m.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
             assert slurm_job_active("987654")
+            assert slurm_job_active(job)
+        # The wait is said, once (not at every poll), naming the job and what squeue said.
+        (said,) = [r.getMessage() for r in caplog.records]
+        assert "did not answer about job 987654" in said and "count as still running" in said
+        assert "Unable to contact slurm controller" in said, said
+        # The controller answers again: the next silence is said at once.
+        assert slurm_job_active(job) and launchers._last_silence_warning[0] == 0.0
     finally:
         subprocess.run(["scancel", job], check=True)
     _wait(lambda: not slurm_job_active(job), 60, f"cancelled job {job} to leave the queue")
@@ -182,6 +192,44 @@ def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path,
             # Job logs land in the trial's folder.
             assert list((folder / "logs").glob(f"{rec['job_id']}_0_log.out"))
             _wait_for_sacct(rec["job_id"], "COMPLETED")
+
+
+def test_trials_asked_together_go_as_one_job_array_under_its_cap(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """parallelism=4: the first pass asks 4 trials and submits them as one array, of which
+    SLURM runs at most launcher.array_parallelism=2 at once (the node has room for 8)."""
+    run_dir = tmp_path / "run"
+    args = ["run", "conf=smoke", "parallelism=4", "launcher.array_parallelism=2"]
+    out = sweep([*args, *SLURM, f"run_dir={run_dir}"], cache=compile_cache)
+    assert out.returncode == 0, out.stderr
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    records = [rec for recs in trials_of(run_dir).values() for rec in recs]
+    tasks = sorted(rec["job_id"] for rec in records if "_" in rec["job_id"])
+    array = tasks[0].split("_")[0]
+    assert tasks == [f"{array}_{i}" for i in range(4)], [r["job_id"] for r in records]
+    assert (run_dir / "jobs" / f"{array}_submission.sh").read_text().count("--array=0-3%2") == 1
+    for rec in records:
+        folder = run_dir / "trials" / rec["point"] / str(rec["number"])
+        # Every trial's logs are in its folder (an array task's as links to the array's).
+        log = folder / "logs" / f"{rec['job_id']}_0_log.out"
+        assert f"{rec['job_id']}_submitted.pkl" in log.read_text(), log
+        if rec["job_id"] in tasks:
+            assert log.is_symlink() and Path(rec["job_files"]) == (run_dir / "jobs").resolve()
+        # The job's own record of itself names the same id the orchestrator knows it by.
+        events = [json.loads(e) for e in (folder / "events.jsonl").read_text().splitlines()]
+        assert {e["job_id"] for e in events} == {rec["job_id"]}
+        _wait_for_sacct(rec["job_id"], "COMPLETED")
+    # What SLURM recorded: at most 2 of the array's tasks ran at any time.
+    rows = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", array, "-o", "JobID,Start,End"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    spans = [tuple(row.split("|")[1:]) for row in rows]
+    assert len(spans) == 4, rows
+    assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) <= 2, spans
 
 
 def test_requeue_and_preemption_resume_at_the_signalled_step(
