@@ -598,6 +598,12 @@ def _ablation_section(a: StudyAnalysis) -> list[Block]:
     return out
 
 
+def _commit(git: Mapping[str, Any]) -> str:
+    """'<commit>[ (dirty)][ in <checkout>]' of a run.json git record."""
+    text = str(git.get("commit") or "—") + (" (dirty)" if git.get("dirty") else "")
+    return text + (f" in {git['path']}" if git.get("path") else "")
+
+
 def _provenance_section(prov: Mapping[str, Any]) -> list[Block]:
     git = prov.get("git") or {}
     command = prov.get("command")
@@ -608,7 +614,8 @@ def _provenance_section(prov: Mapping[str, Any]) -> list[Block]:
         ["command", shlex.join(map(str, command)) if isinstance(command, list) else "—"],
         ["started", str(prov.get("started") or "—")],
         ["ended", str(prov.get("ended") or "— (not ended)")],
-        ["git commit", f"{git.get('commit') or '—'}{' (dirty)' if git.get('dirty') else ''}"],
+        ["stepscale commit", _commit(git)],
+        *([["working-dir commit", _commit(git["workdir"])]] if git.get("workdir") else []),
         ["versions", ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "—"],
         ["devices", ", ".join(map(str, prov.get("devices") or [])) or "—"],
         ["platform / host", f"{prov.get('platform') or '—'} / {prov.get('host') or '—'}"],

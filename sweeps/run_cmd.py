@@ -162,19 +162,39 @@ def _check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
             )
 
 
-def _git(cwd: Path) -> dict[str, Any]:
+def _git(cwd: Path, trusted: bool = False) -> dict[str, Any]:
+    """The commit (and whether the tree is dirty) of the git checkout holding ``cwd``.
+    ``trusted``: read it even when another user owns it (git's safe.directory), as for the
+    checkout of the code that is running anyway."""
+    git = ["git", "-c", f"safe.directory={cwd}"] if trusted else ["git"]
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        head = subprocess.run(
+            [*git, "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=5,
         )
-        if commit.returncode != 0:
+        if head.returncode != 0:
             return {"commit": None, "dirty": None}
+        toplevel, commit = head.stdout.split()[:2]
         dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=cwd, capture_output=True, text=True, timeout=5
+            [*git, "status", "--porcelain"], cwd=cwd, capture_output=True, text=True, timeout=5
         )
-        return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
+        return {"commit": commit, "dirty": bool(dirty.stdout.strip()), "path": toplevel}
+    except (OSError, subprocess.SubprocessError, ValueError):
         return {"commit": None, "dirty": None}
+
+
+def _provenance_git() -> dict[str, Any]:
+    """run.json's ``git``: the checkout of the stepscale code that ran (wherever the
+    command was typed), and under ``workdir`` the user's own repository (their configs)
+    when the command ran inside a different one."""
+    code = _git(Path(__file__).resolve().parent.parent, trusted=True)
+    workdir = _git(Path.cwd())
+    if workdir["commit"] is not None and workdir.get("path") != code.get("path"):
+        code["workdir"] = workdir
+    return code
 
 
 def _versions() -> dict[str, str]:
@@ -214,7 +234,7 @@ def _write_provenance(run_dir: Path, storage: StorageSpec, argv: list[str]) -> d
         devices=[f"{d.platform}:{d.id}" for d in jax.devices()],
         platform=jax.devices()[0].platform,
         host=socket.gethostname(),
-        git=_git(Path.cwd()),
+        git=_provenance_git(),
         storage=storage.display(),
     )
     record["sessions"] = [*record.get("sessions", []), session]

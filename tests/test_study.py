@@ -86,6 +86,11 @@ def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
         (tmp_path / shadow / "__init__.py").write_text(
             "raise ImportError('the user package shadowed ours')\n"
         )
+    # The user's directory is a git repository of its own.
+    git = ["git", "-c", "user.name=u", "-c", "user.email=u@x", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "user"], cwd=tmp_path, check=True)
     res = sweep(
         ["run", "conf=smoke", "parallelism=2", "run_dir=study"], cwd=tmp_path, cache=compile_cache
     )
@@ -94,6 +99,12 @@ def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
     for name in ("config.yaml", "space.json", "study.json", "run.json"):
         assert (run_dir / name).exists(), name
+    # Provenance names the commit of the stepscale code that ran, not of the directory the
+    # command was typed in; that one is recorded beside it.
+    recorded = json.loads((run_dir / "run.json").read_text())["git"]
+    assert recorded["commit"] == _head(Path(__file__).parent.parent), recorded
+    assert recorded["workdir"]["commit"] == _head(tmp_path), recorded
+    assert recorded["workdir"]["path"] == str(tmp_path.resolve())
     for folder in (run_dir / "trials").glob("*/*"):
         assert (folder / "metrics.jsonl").exists() and (folder / "status.json").exists()
         assert not (folder / "checkpoints").exists()  # removed once the trial ended
@@ -106,6 +117,17 @@ def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
     assert rows["finished"] and all(
         r["complete"] + r["pruned"] + r["diverged"] == 3 for r in rows["points"]
     )
+
+
+def _head(folder: Path) -> str:
+    out = subprocess.run(
+        ["git", "-c", "safe.directory=*", "rev-parse", "HEAD"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, f"{folder} is not in a git checkout: {out.stderr}"
+    return out.stdout.strip()
 
 
 def user_study(tmp_path: Path, name: str, extra_yaml: str) -> list[str]:
