@@ -325,7 +325,7 @@ def _lr_trials(alpha: float, seed: int, b: np.ndarray, c: float = 3e-4, n: int =
     return np.array(lrs), np.array(objs), np.array(bs)
 
 
-@pytest.mark.parametrize("alpha", [0.5, 1.0])
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 0.0])
 def test_lr_law_acceptance(alpha: float) -> None:
     """Fitted α within 0.05 of the truth on synthetic tuned trials."""
     b = np.geomspace(8, 1024, 8)
@@ -339,9 +339,10 @@ def test_lr_law_acceptance(alpha: float) -> None:
         worst = max(worst, abs(law.alpha - alpha))
     assert worst <= 0.05
     rules = {r.name: r for r in law.rules}
-    assert law.closest_rule == ("sqrt" if alpha == 0.5 else "linear")
-    assert rules["linear" if alpha == 1.0 else "sqrt"].inside_ci
-    assert not rules["linear" if alpha == 0.5 else "sqrt"].inside_ci
+    truth = {0.5: "sqrt", 1.0: "linear", 0.0: "constant"}[alpha]
+    assert law.closest_rule == truth
+    assert rules[truth].inside_ci
+    assert [r for r in rules.values() if r.inside_ci] == [rules[truth]]
     strict_json(law.to_dict())
     strict_json(opt.to_dict())
 
