@@ -342,7 +342,13 @@ def run_study(
     sizes = _plan_points(cfg, space)
     if cfg.sampler.name == "grid":
         for p in space.points:
-            grid_size(space.distributions(p.label))  # continuous params → UsageError
+            n = grid_size(space.distributions(p.label))  # continuous params → UsageError
+            if cfg.budget.trials_per_point > n:
+                raise UsageError(
+                    f"budget.trials_per_point={cfg.budget.trials_per_point}: the grid at "
+                    f"{p.label} has only {n} points, and further trials would repeat them; set "
+                    f"budget.trials_per_point={n} (or fewer, for a random subset of the grid)"
+                )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name
     storage_spec = resolve(cfg.storage, run_dir)
     plan = _plan_summary(cfg, space, sizes)

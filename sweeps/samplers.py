@@ -58,6 +58,15 @@ def grid_size(distributions: dict[str, od.BaseDistribution]) -> int:
     return len(list(itertools.product(*[range(s) for s in sizes]))) if sizes else 1
 
 
+class _GridSampler(optuna.samplers.GridSampler):
+    """Optuna's grid sampler without its stop: once every grid point has been tried it
+    calls ``study.stop()``, which raises outside ``study.optimize`` (the orchestrator asks
+    and tells itself, and ends each point at its budget)."""
+
+    def after_trial(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
 def check_sampler(cfg: SamplerConfig) -> None:
     """Unknown names, or the GP sampler without its extra → UsageError."""
     if cfg.name not in SAMPLERS:
@@ -92,7 +101,7 @@ def make_sampler(
             warn_independent_sampling=False,
         )
     if cfg.name == "grid":
-        return optuna.samplers.GridSampler(grid_space(distributions), seed=seed)
+        return _GridSampler(grid_space(distributions), seed=seed)
     from optuna.samplers import GPSampler
 
     return GPSampler(seed=seed, n_startup_trials=n_startup)

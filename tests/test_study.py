@@ -320,6 +320,22 @@ def _bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], *overrides: str) ->
     return err
 
 
+GRID_LR = "  lr: {path: optimizer.lr, type: categorical, choices: [0.002, 0.008, 0.03], low: null, high: null}\n"
+
+
+def test_grid_study_runs_every_grid_point_once_per_point(
+    tmp_path: Path, compile_cache: str
+) -> None:
+    """The whole grid at each point, none twice, and the study ends (Optuna's grid sampler
+    calls study.stop() once the grid is done, which raised outside study.optimize)."""
+    conf = user_study(tmp_path, "grid", "sampler: {name: grid}\nnuisance:\n" + GRID_LR)
+    res = sweep(["run", *conf, f"run_dir={tmp_path / 'run'}"], cache=compile_cache)
+    assert res.returncode == 0, res.stderr
+    assert_exact_budget(tmp_path / "run", "grid", per_point=3, points=2)
+    for label, trials in optuna_trials(tmp_path / "run", "grid").items():
+        assert sorted(t.params["lr"] for t in trials) == [0.002, 0.008, 0.03], label
+
+
 BAD_STUDIES = {
     "unknown study": (["conf=no_such_study"], "smoke"),
     "typo'd key": (["conf=smoke", "budget.trials_per_pont=3"], "trials_per_pont"),
@@ -358,6 +374,10 @@ BAD_STUDIES = {
         "storage",
     ),
     "grid over a continuous range": (["conf=smoke", "sampler.name=grid"], "grid"),
+    "more trials than grid points": (
+        "sampler: {name: grid}\nbudget: {trials_per_point: 4}\n" + "nuisance:\n" + GRID_LR,
+        "has only 3 points",
+    ),
 }
 
 
