@@ -340,6 +340,15 @@ def _lr_fits(
     b = _num(ds, axes.batch.coord)
     obj = usable_objective(ds)
     rows &= np.isfinite(lr) & (lr > 0)
+    worse = rows & _ended_above_initial_loss(ds, obj)
+    if worse.any():
+        # Finite but untrained (an LR past the stability edge): fitted, one such point
+        # bends the local quadratic past every real trial. Counted as tried, like diverged.
+        obj = np.where(worse, np.nan, obj)
+        notes.append(
+            f"{int(worse.sum())} trial(s) ended with a loss above their initial loss: "
+            "treated as diverged for η*"
+        )
     keep = rows.copy()
     for size in np.unique(b[rows]):
         at = rows & (b == size)
@@ -364,6 +373,19 @@ def _lr_fits(
     except ValueError as exc:
         notes.append(f"η*(B) not fitted: {exc}")
     return opt, law, notes
+
+
+def _ended_above_initial_loss(ds: xr.Dataset, obj: np.ndarray) -> np.ndarray:
+    """Per trial: is its (loss-valued) objective above its eval loss at step 0?"""
+    kind = ds.attrs.get("objective_kind")
+    if kind not in ("final_eval_loss", "min_eval_loss") or "eval_loss" not in ds:
+        return np.zeros(obj.shape, bool)
+    steps = ds["step"].values
+    if steps.size == 0 or steps[0] != 0:
+        return np.zeros(obj.shape, bool)
+    initial = ds["eval_loss"].values[:, 0].astype(float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(initial) & (obj > initial)
 
 
 def _noise(

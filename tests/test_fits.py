@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -478,3 +479,36 @@ def test_hparam_laws_errors() -> None:
         fit_hparam_laws(bad, "loss", ["lr"], ["N"])
     with pytest.raises(ValueError, match="not among"):
         fit_hparam_laws(rows, "loss", ["lr"], ["N"], laws={"wd": ["N"]})
+
+
+def test_a_trial_that_ended_above_its_initial_loss_counts_as_diverged_for_eta(
+    tmp_path: Path,
+) -> None:
+    """A finite loss far above where training started (an LR past the stability edge) is
+    not fitted: one such trial bent the local quadratic to a negative loss at η*."""
+    from run_dirs import START_LOSS, Spec, make_run_dir
+
+    from analysis import load
+    from analysis.study import analyze, usable_objective
+
+    run = make_run_dir(tmp_path / "run", Spec(objective="final_eval_loss"))
+    (blown,) = [
+        p
+        for p in (run / "trials" / "batch_size=64").glob("*/trial.json")
+        if json.loads(p.read_text())["nuisance"]["lr"] == pytest.approx(1e-3 * 2 * 4.0)
+    ]
+    record = json.loads(blown.read_text())
+    record["objective"] = 10 * START_LOSS
+    blown.write_text(json.dumps(record))
+    ds = load(run)
+    (group,) = analyze(ds).groups
+    opt = group.optimal_lr
+    assert any("1 trial(s) ended with a loss above their initial loss" in n for n in group.notes)
+    # The same η* as with that trial left out altogether.
+    rows = (ds["point"].values == "batch_size=64") & (ds["kind"].values == "tune")
+    rows &= ds["trial"].values != f"batch_size=64/{blown.parent.name}"
+    lr = ds["param_lr"].values.astype(float)
+    alone = optimal_lr(lr[rows], usable_objective(ds)[rows], np.full(rows.sum(), 64.0))
+    i = opt.batch_sizes.index(64.0)
+    assert opt.lr_opt[i] == pytest.approx(alone.lr_opt[0])
+    assert opt.objective_opt[i] >= 0.99 * min(alone.best_objective)
