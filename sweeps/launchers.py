@@ -299,8 +299,9 @@ def _controller_silent(job_id: str, why: str) -> None:
         return
     _last_silence_warning[0] = now
     log.warning(
-        "sweep: warning: the SLURM controller did not answer about job %s (%s); its jobs count as still "
-        "running and are asked about again every poll, nothing is resubmitted meanwhile",
+        "sweep: warning: the SLURM controller did not answer about job %s (%s); its jobs "
+        "count as still running and are asked about again every poll, nothing is "
+        "resubmitted meanwhile",
         job_id,
         why,
     )

@@ -487,17 +487,21 @@ class Scheduler:
                 # On SLURM, trials asked in one pass are submitted together, as one job array.
                 together = self.cfg.launcher.name == "slurm"
                 batch: list[Prepared] = []
-                while len(self.running) + len(batch) < self.cfg.parallelism:
-                    with self.lock:
-                        choice = self._pick_point()
-                        if choice is None:
-                            break
-                        batch.append(self._ask(*choice))
-                    if not together:
-                        self._launch(batch)
-                        batch = []
-                        self._reap()  # inline jobs are done already
-                self._launch(batch)
+                try:
+                    while len(self.running) + len(batch) < self.cfg.parallelism:
+                        with self.lock:
+                            choice = self._pick_point()
+                            if choice is None:
+                                break
+                            batch.append(self._ask(*choice))
+                        if not together:
+                            self._launch(batch)
+                            batch = []
+                            self._reap()  # inline jobs are done already
+                    self._launch(batch)
+                except BaseException:
+                    self._release(batch)
+                    raise
                 if self.progress is not None:
                     self.progress(self.stats())
                 if self._finished():
@@ -511,6 +515,15 @@ class Scheduler:
             orchestrators.unregister(self.run_dir, self.owner)
             self.lock.close()
         return self.stats()
+
+    def _release(self, batch: list[Prepared]) -> None:
+        """Asked but never submitted (Ctrl-C or an error in between): mark them stopped and
+        drop our heartbeat, so the next run submits them at once as the same attempt."""
+        for p in batch:
+            if "job_id" not in p.record:
+                p.record["state"] = "stopped"
+                write_trial_json(p.folder, p.record)
+                (p.folder / "heartbeat.orch").unlink(missing_ok=True)
 
     def _mark_stopped(self, run: Running) -> None:
         run.record["state"] = "stopped"

@@ -498,3 +498,29 @@ def test_confirm_seeds_rerun_the_best_values_with_new_seeds(
         assert sorted(t.user_attrs["seed"] for t in confirm) == [1, 2]
     records = [r for rs in trials_of(run_dir).values() for r in rs if r["kind"] == "confirm"]
     assert len(records) == 4 and {r["seed"] for r in records} == {1, 2}
+
+
+def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C between asking Optuna for a trial and submitting its job: the trial is left
+    stopped (not held by a heartbeat for the takeover timeout) and resumes as attempt 1."""
+    from sweeps.launchers import Launcher
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    run_dir = tmp_path / "run"
+    with monkeypatch.context() as m:
+        m.setattr(Launcher, "submit_together", interrupted)
+        code, _, _ = _run_inline(capsys, "conf=smoke", "parallelism=1", f"run_dir={run_dir}")
+    assert code == 130
+    (folder,) = (run_dir / "trials").glob("*/*")
+    assert read_json(folder / "trial.json")["state"] == "stopped"
+    assert not (folder / "heartbeat.orch").exists()
+    code, _, err = _run_inline(
+        capsys, "conf=smoke", "parallelism=1", "heartbeat_timeout_s=3600", f"run_dir={run_dir}"
+    )
+    assert code == 0, err
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    assert read_json(folder / "trial.json")["attempts"] == 1

@@ -3,8 +3,8 @@
 Per batch size, η*(B) is the LR minimising the objective, smoothed over the tuned trials
 by a local quadratic in log LR. Across batch sizes, η*(B) = c·B^α is fitted below B_crit
 and α compared with the linear (α = 1, SGD) and square-root (α = 0.5, Adam) rules and
-with no dependence (α = 0, Adam above its noise scale); the saturating form ε_opt(B) = ε_max / (1 + B_noise/B) (McCandlish et al. 2018) is fitted on
-all batch sizes.
+with no dependence (α = 0, Adam above its noise scale); the saturating form
+ε_opt(B) = ε_max / (1 + B_noise/B) (McCandlish et al. 2018) is fitted on all batch sizes.
 """
 
 from __future__ import annotations
@@ -326,8 +326,8 @@ def fit_lr_law(
     """Fit η*(B) = c·B^α on batch sizes ≤ ``b_max`` (e.g. B_crit) by least squares in logs.
 
     α gets a t-interval; it is compared with the linear rule (α = 1), the square-root
-    rule (α = 0.5) and a constant η* (α = 0), or with ``rules`` (name → α). The saturating form
-    ε_opt(B) = ε_max / (1 + B_noise/B) is fitted on all batch sizes (None with fewer than
+    rule (α = 0.5) and a constant η* (α = 0), or with ``rules`` (name → α). The
+    saturating form ε_opt(B) = ε_max / (1 + B_noise/B) is fitted on all batch sizes (None with fewer than
     3). Needs at least 2 distinct batch sizes ≤ ``b_max``.
     """
     b = _floats(batch, "batch")
