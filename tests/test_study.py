@@ -511,16 +511,16 @@ def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
         raise KeyboardInterrupt
 
     run_dir = tmp_path / "run"
+    args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=1"]
+    args += ["parallelism=1", f"run_dir={run_dir}"]
     with monkeypatch.context() as m:
         m.setattr(Launcher, "submit_together", interrupted)
-        code, _, _ = _run_inline(capsys, "conf=smoke", "parallelism=1", f"run_dir={run_dir}")
+        code, _, _ = _run_inline(capsys, *args)
     assert code == 130
     (folder,) = (run_dir / "trials").glob("*/*")
     assert read_json(folder / "trial.json")["state"] == "stopped"
     assert not (folder / "heartbeat.orch").exists()
-    code, _, err = _run_inline(
-        capsys, "conf=smoke", "parallelism=1", "heartbeat_timeout_s=3600", f"run_dir={run_dir}"
-    )
+    code, _, err = _run_inline(capsys, *args, "heartbeat_timeout_s=3600")
     assert code == 0, err
-    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
     assert read_json(folder / "trial.json")["attempts"] == 1
