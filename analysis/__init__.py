@@ -4,7 +4,7 @@
 ``load_table(csv, …)`` reads any CSV table for reanalysis with the fits.
 """
 
-from analysis.load import load
-from analysis.table import load_table
+from stepscale.analysis.load import load
+from stepscale.analysis.table import load_table
 
 __all__ = ["load", "load_table"]

@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.fits.steps import CurveSteps, steps_at_target
-from analysis.load import FINAL_STATES, parameters
+from stepscale.analysis.fits.steps import CurveSteps, steps_at_target
+from stepscale.analysis.load import FINAL_STATES, parameters
 
 __all__ = [
     "BATCH_PATH",

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
-from analysis.fits.hparams import fit_hparam_laws
-from analysis.fits.steps import fit_steps, steps_to_result
-from analysis.table import load_table
+from stepscale.analysis.fits.hparams import fit_hparam_laws
+from stepscale.analysis.fits.steps import fit_steps, steps_to_result
+from stepscale.analysis.table import load_table
 
 __all__ = [
     "FitInputError",

@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.load import read_json
+from stepscale.analysis.load import read_json
 
 __all__ = ["provenance", "redact", "redact_all"]
 

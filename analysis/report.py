@@ -34,12 +34,11 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis import figures
-from analysis.document import Block, code, fig, heading, para, table, to_html, to_markdown
-from analysis.load import load, parameters, save
-from analysis.provenance import provenance, redact
-from analysis.study import DROPPED, FitSettings, StudyAnalysis, analyze
+from stepscale.analysis import figures
+from stepscale.analysis.document import Block, code, fig, heading, para, table, to_html, to_markdown
+from stepscale.analysis.load import load, parameters, save
+from stepscale.analysis.provenance import provenance, redact
+from stepscale.analysis.study import DROPPED, FitSettings, StudyAnalysis, analyze
 
 __all__ = ["CSV_COLUMNS", "ReportResult", "steps_table", "write_report"]
 

@@ -13,7 +13,7 @@ import argparse
 import math
 from typing import Any
 
-from analysis.load import RunDirError
+from stepscale.analysis.load import RunDirError
 
 __all__ = ["ReportInputError", "add_report_command", "run_report"]
 
@@ -53,7 +53,7 @@ def run_report(args: argparse.Namespace) -> dict[str, Any]:
     bad = [t for t in targets if not math.isfinite(t)]
     if bad:
         raise ReportInputError(f"--target must be a finite number, got {bad[0]}")
-    from analysis.report import write_report  # heavy (xarray, matplotlib): only when run
+    from stepscale.analysis.report import write_report  # heavy (xarray, matplotlib): only when run
 
     try:
         result = write_report(args.run_dir, targets)

@@ -26,9 +26,8 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.ablation import AblationTable, ablation_table
-from analysis.dataset import (
+from stepscale.analysis.ablation import AblationTable, ablation_table
+from stepscale.analysis.dataset import (
     BATCH_PATH,
     LR_PATH,
     PointRow,
@@ -43,8 +42,8 @@ from analysis.dataset import (
     trial_groups,
     trial_steps,
 )
-from analysis.fits.lr import LRLaw, OptimalLR, fit_lr_law, optimal_lr
-from analysis.fits.steps import (
+from stepscale.analysis.fits.lr import LRLaw, OptimalLR, fit_lr_law, optimal_lr
+from stepscale.analysis.fits.steps import (
     BcritAtTargets,
     NoiseScaleSummary,
     SeedSpread,
@@ -56,7 +55,7 @@ from analysis.fits.steps import (
     spread_over_seeds,
     steps_to_result,
 )
-from analysis.load import FINAL_STATES
+from stepscale.analysis.load import FINAL_STATES
 
 __all__ = ["FitSettings", "GroupFits", "StudyAnalysis", "analyze", "usable_objective"]
 

@@ -31,11 +31,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_dirs import Spec, make_run_dir
-
-from analysis import figures
-from analysis.load import load, save
-from analysis.report import write_report
-from analysis.study import analyze
+from stepscale.analysis import figures
+from stepscale.analysis.load import load, save
+from stepscale.analysis.report import write_report
+from stepscale.analysis.study import analyze
 
 TARGET_S = 30.0
 

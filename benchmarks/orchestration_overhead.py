@@ -61,11 +61,11 @@ objective:
 PLAIN_LOOP = """
 import sys
 from pathlib import Path
-from sweeps.run_cmd import prepare_study
-from sweeps.space import build_space
-from sweeps.trials import trial_config, to_trainer_config
-from models.reporter import JsonlReporter
-from models.train import configure_compile_cache, train
+from stepscale.sweeps.run_cmd import prepare_study
+from stepscale.sweeps.space import build_space
+from stepscale.sweeps.trials import trial_config, to_trainer_config
+from stepscale.models.reporter import JsonlReporter
+from stepscale.models.train import configure_compile_cache, train
 
 config_dir, out, cache = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 _, cfg, _ = prepare_study(["conf=bench_overhead", f"train.compile_cache_dir={cache}"], config_dir)

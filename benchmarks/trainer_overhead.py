@@ -32,12 +32,11 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-
-from models import nets
-from models.config import TrainerConfig
-from models.data import build_source
-from models.reporter import JsonlReporter
-from models.train import train
+from stepscale.models import nets
+from stepscale.models.config import TrainerConfig
+from stepscale.models.data import build_source
+from stepscale.models.reporter import JsonlReporter
+from stepscale.models.train import train
 
 LOG_EVERY, EVAL_EVERY, CHECKPOINT_EVERY = 10, 50, 100
 
@@ -146,8 +145,8 @@ _COLD_SCRIPT = """
 import sys, time
 start = time.perf_counter()
 from benchmarks.trainer_overhead import demo_config
-from models.reporter import NullReporter
-from models.train import train
+from stepscale.models.reporter import NullReporter
+from stepscale.models.train import train
 cfg = demo_config("tiny", 20)
 cfg.train.compile_cache_dir = sys.argv[1]
 imported = time.perf_counter()

@@ -14,9 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-from models.distributed import mesh_devices
-from models.errors import ConfigError
+from stepscale.models.distributed import mesh_devices
+from stepscale.models.errors import ConfigError
 
 AXIS = "data"
 

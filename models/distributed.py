@@ -48,9 +48,8 @@ from typing import Any
 
 import jax
 import numpy as np
-
-from models.config import TrainConfig, TrainerConfig
-from models.errors import ConfigError
+from stepscale.models.config import TrainConfig, TrainerConfig
+from stepscale.models.errors import ConfigError
 
 MODES = ("auto", "on", "off")
 ENV_ADDRESS = "STEPSCALE_COORDINATOR_ADDRESS"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from models.errors import ConfigError
+from stepscale.models.errors import ConfigError
 
 
 def to_steps(

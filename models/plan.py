@@ -15,16 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
-
-from models import nets
-from models.batching import BatchPlan, plan_batch
-from models.config import TrainerConfig
-from models.data import DataInfo, DataSource, build_source
-from models.distributed import maybe_initialize
-from models.durations import to_steps
-from models.errors import ConfigError
-from models.optim import OPTIMIZERS
-from models.schedules import SCHEDULES
+from stepscale.models import nets
+from stepscale.models.batching import BatchPlan, plan_batch
+from stepscale.models.config import TrainerConfig
+from stepscale.models.data import DataInfo, DataSource, build_source
+from stepscale.models.distributed import maybe_initialize
+from stepscale.models.durations import to_steps
+from stepscale.models.errors import ConfigError
+from stepscale.models.optim import OPTIMIZERS
+from stepscale.models.schedules import SCHEDULES
 
 DTYPES = ("float32", "bfloat16", "float16")
 

@@ -19,10 +19,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import Mesh
-
-from models.batching import BatchPlan, batch_sharding, split_microbatches
-from models.optim import set_hyperparams
-from models.schedules import lr_at
+from stepscale.models.batching import BatchPlan, batch_sharding, split_microbatches
+from stepscale.models.optim import set_hyperparams
+from stepscale.models.schedules import lr_at
 
 # How often each compiled function was traced (a retrace is a recompile). Tests read it.
 TRACE_COUNTS: dict[str, int] = {"train_chunk": 0, "eval": 0, "init": 0}

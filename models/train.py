@@ -25,15 +25,14 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-
-from models import checkpoint, distributed, nets
-from models.batching import AXIS, make_mesh, replicated
-from models.config import TrainerConfig
-from models.errors import ConfigError
-from models.optim import make_optimizer
-from models.plan import RunPlan, describe, prepare
-from models.reporter import Action, NullReporter, Reporter
-from models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
+from stepscale.models import checkpoint, distributed, nets
+from stepscale.models.batching import AXIS, make_mesh, replicated
+from stepscale.models.config import TrainerConfig
+from stepscale.models.errors import ConfigError
+from stepscale.models.optim import make_optimizer
+from stepscale.models.plan import RunPlan, describe, prepare
+from stepscale.models.reporter import Action, NullReporter, Reporter
+from stepscale.models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 

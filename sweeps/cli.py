@@ -11,7 +11,7 @@ import argparse
 import errno
 import sys
 
-from sweeps.compose import UsageError
+from stepscale.sweeps.compose import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,14 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
     lst.add_argument("--config-dir")
 
-    from sweeps.formats.cli import add_format_commands
+    from stepscale.sweeps.formats.cli import add_format_commands
 
     add_format_commands(sub)
-    from analysis.report_cli import add_report_command
+    from stepscale.analysis.report_cli import add_report_command
 
     add_report_command(sub)
     try:
-        from analysis.fit_cli import add_fit_commands
+        from stepscale.analysis.fit_cli import add_fit_commands
     except ImportError:  # analysis not available in a trimmed install
         pass
     else:
@@ -79,11 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> int:
     if args.command == "train":
-        from sweeps.train_cmd import run_train
+        from stepscale.sweeps.train_cmd import run_train
 
         return run_train(args.overrides, args.config_dir, args.cfg)
     if args.command == "run":
-        from sweeps.run_cmd import run_study
+        from stepscale.sweeps.run_cmd import run_study
 
         argv = sys.argv[1:] if argv_hint is None else argv_hint
         return run_study(
@@ -96,17 +96,17 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             detach=args.detach,
         )
     if args.command == "status":
-        from sweeps.status_cmd import print_status
+        from stepscale.sweeps.status_cmd import print_status
 
         return print_status(args.run_dir, args.json)
     if args.command == "stop":
-        from sweeps.stop_cmd import stop_study
+        from stepscale.sweeps.stop_cmd import stop_study
 
         return stop_study(args.run_dir, args.timeout)
     if args.command == "report":
         import json
 
-        from analysis.report_cli import ReportInputError, run_report
+        from stepscale.analysis.report_cli import ReportInputError, run_report
 
         try:
             result = run_report(args)
@@ -115,17 +115,17 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
         return 0
     if args.command in ("export", "import"):
-        from sweeps.formats.cli import run_export, run_import
+        from stepscale.sweeps.formats.cli import run_export, run_import
 
         return run_export(args) if args.command == "export" else run_import(args)
     if args.command == "list":
-        from sweeps.listing import print_presets
+        from stepscale.sweeps.listing import print_presets
 
         return print_presets(args.config_dir)
     if args.command == "fit":
         import json
 
-        from analysis.fit_cli import FitInputError, run_fit
+        from stepscale.analysis.fit_cli import FitInputError, run_fit
 
         try:
             result = run_fit(args)

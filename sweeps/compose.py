@@ -11,8 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-
-from sweeps import schema
+from stepscale.sweeps import schema
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
@@ -22,10 +21,10 @@ class UsageError(Exception):
 
 
 def conf_dir() -> Path:
-    """The packaged Hydra tree (``conf/`` of the repository, installed as ``sweeps.conf``)."""
-    import sweeps.conf
+    """The packaged Hydra tree (``conf/`` of the repository, installed as ``stepscale.conf``)."""
+    import stepscale.conf
 
-    return Path(sweeps.conf.__file__).resolve().parent
+    return Path(stepscale.conf.__file__).resolve().parent
 
 
 def compose_config(

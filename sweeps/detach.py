@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-
-from models.reporter import write_json_atomic
-from sweeps.compose import UsageError
-from sweeps.schema import StudyConfig
-from sweeps.trials import now_iso
+from stepscale.models.reporter import write_json_atomic
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.trials import now_iso
 
 ORCHESTRATOR_DIR = "orchestrator"
 
@@ -27,7 +26,7 @@ class OrchestratorJob(submitit.helpers.Checkpointable):
     """Runs `sweep run` with the given arguments inside a SLURM job."""
 
     def __call__(self, args: list[str], cwd: str) -> int:
-        from sweeps.cli import main
+        from stepscale.sweeps.cli import main
 
         os.chdir(cwd)
         os.environ["STEPSCALE_ORCHESTRATOR_JOB"] = os.environ.get("SLURM_JOB_ID", "")

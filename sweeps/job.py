@@ -18,24 +18,24 @@ import json
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import submitit
+from stepscale.models.reporter import Action, JsonlReporter
+from stepscale.sweeps.heartbeat import JobHeartbeat
+from stepscale.sweeps.trials import TrialSpec, to_trainer_config
 
-from models.reporter import Action, JsonlReporter
-from sweeps.heartbeat import JobHeartbeat
-from sweeps.trials import TrialSpec, to_trainer_config
+# Trainer paths recorded before the code moved under the `stepscale` namespace.
+LEGACY_TRAINERS = {"models.train:train": "stepscale.models.train:train"}
 
 
-def _protect_sys_path() -> None:
-    """Jobs start with the working directory first on sys.path (``python -m``); a user's own
-    ``models/`` or ``analysis/`` there must not shadow ours, so drop it."""
-    cwd = os.getcwd()
-    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+def trainer_function(path: str) -> Any:
+    """The function a trainer path ``module:function`` names (old built-in paths included)."""
+    module, _, function = LEGACY_TRAINERS.get(path, path).partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 class TrialReporter:
@@ -78,10 +78,9 @@ def _optuna_trial(spec: TrialSpec) -> Any | None:
     if spec.pruner is None:
         return None
     import optuna
-
-    from sweeps.samplers import make_pruner
-    from sweeps.schema import PrunerConfig
-    from sweeps.storage import open_storage
+    from stepscale.sweeps.samplers import make_pruner
+    from stepscale.sweeps.schema import PrunerConfig
+    from stepscale.sweeps.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(
@@ -159,7 +158,6 @@ class StopSignals:
 
 def run_trial(spec: TrialSpec) -> dict[str, Any]:
     """Train one trial to its end and return the trainer's final status."""
-    _protect_sys_path()
     if threading.current_thread() is threading.main_thread():
         # The local launcher starts jobs with SIGINT ignored (for its controller's sake);
         # the trial itself must stop cleanly on Ctrl-C.
@@ -167,8 +165,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     os.environ.update(spec.env)
     folder = Path(spec.trial_dir)
     cfg = to_trainer_config(spec.config)
-    module, _, function = spec.trainer.partition(":")
-    trainer = getattr(importlib.import_module(module), function)
+    trainer = trainer_function(spec.trainer)
     # In a trial of several tasks (jax.distributed) every task trains, task 0 reports.
     leader = (
         int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == 0

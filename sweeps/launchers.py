@@ -8,9 +8,8 @@ With ``gpus_per_trial`` set, each local job sees its own GPUs (``CUDA_VISIBLE_DE
 slot no running job holds) and each SLURM job asks for that many GPUs; the trainer's
 data-parallel mesh spans whatever devices the job sees.
 
-Jobs are submitted from inside the trial's folder, so they start there (and a user's own
-``models/`` or ``analysis/`` in the directory `sweep` was started from cannot shadow ours),
-and their logs land in ``<trial>/logs/``.
+Jobs are submitted from inside the trial's folder, so they start there (a trainer's relative
+paths land in its trial), and their logs land in ``<trial>/logs/``.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-
-from sweeps.compose import UsageError
-from sweeps.schema import LauncherConfig
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import LauncherConfig
 
 LAUNCHERS = ("local", "slurm", "inline")
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeps.compose import UsageError, conf_dir
+from stepscale.sweeps.compose import UsageError, conf_dir
 
 
 def _describe(path: Path) -> tuple[str, str]:

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from models.reporter import write_json_atomic
-from sweeps import heartbeat
-from sweeps.trials import read_json
+from stepscale.models.reporter import write_json_atomic
+from stepscale.sweeps import heartbeat
+from stepscale.sweeps.trials import read_json
 
 STOP_FILE = "stop.json"
 

@@ -19,17 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-from models.reporter import write_json_atomic
-from sweeps.compose import UsageError, compose_config, to_object
-from sweeps.objective import OBJECTIVES
-from sweeps.runlock import RunLock
-from sweeps.samplers import check_pruner, check_sampler, grid_size
-from sweeps.schema import StudyConfig
-from sweeps.space import Point, SearchSpace, build_space
-from sweeps.space_doc import dumps_stable, space_document
-from sweeps.storage import StorageSpec, open_storage, redact, resolve
-from sweeps.trials import now_iso, read_json, to_trainer_config, trial_config
+from stepscale.models.reporter import write_json_atomic
+from stepscale.sweeps.compose import UsageError, compose_config, to_object
+from stepscale.sweeps.objective import OBJECTIVES
+from stepscale.sweeps.runlock import RunLock
+from stepscale.sweeps.samplers import check_pruner, check_sampler, grid_size
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.space import Point, SearchSpace, build_space
+from stepscale.sweeps.space_doc import dumps_stable, space_document
+from stepscale.sweeps.storage import StorageSpec, open_storage, redact, resolve
+from stepscale.sweeps.trials import now_iso, read_json, to_trainer_config, trial_config
 
 # Keys that may change between runs of one study: they change how or how much is run,
 # not what a trial means. Adding scientific values is handled separately.
@@ -84,8 +83,8 @@ def _range_ends(space: SearchSpace, point: Point) -> list[dict[str, Any]]:
 
 def _plan_points(cfg: StudyConfig, space: SearchSpace) -> dict[str, dict[str, Any]]:
     """Validate every point's trainer config; returns per-point horizons and sizes."""
-    from models.errors import ConfigError
-    from models.plan import prepare
+    from stepscale.models.errors import ConfigError
+    from stepscale.models.plan import prepare
 
     out = {}
     for point in space.points:
@@ -381,15 +380,15 @@ def run_study(
         _write_run_files(run_dir, raw, cfg, space, storage_spec, argv, provenance=not detach)
     lock.close()
     if detach:
-        from sweeps.detach import submit_orchestrator
+        from stepscale.sweeps.detach import submit_orchestrator
 
         job = submit_orchestrator(cfg, run_dir, overrides, config_dir)
         _print_detached(job, run_dir)
         return 0
 
-    from models.train import configure_compile_cache
-    from sweeps.display import StudyProgress
-    from sweeps.scheduler import Scheduler
+    from stepscale.models.train import configure_compile_cache
+    from stepscale.sweeps.display import StudyProgress
+    from stepscale.sweeps.scheduler import Scheduler
 
     configure_compile_cache(cfg.train.compile_cache_dir)
     horizons = {label: s["horizon_steps"] for label, s in sizes.items()}

@@ -13,9 +13,8 @@ from typing import Any
 
 import optuna
 import optuna.distributions as od
-
-from sweeps.compose import UsageError
-from sweeps.schema import PrunerConfig, SamplerConfig
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import PrunerConfig, SamplerConfig
 
 SAMPLERS = ("tpe", "qmc", "random", "grid", "gp")
 PRUNERS = ("none", "median", "successive_halving", "hyperband")

@@ -29,17 +29,16 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
-
-from sweeps import heartbeat, orchestrators
-from sweeps.job import TrialJob
-from sweeps.launchers import JobHandle, JobRequest, Launcher
-from sweeps.objective import objective_value
-from sweeps.runlock import RunLock
-from sweeps.samplers import derived_seed, make_sampler
-from sweeps.schema import StudyConfig
-from sweeps.space import Point, SearchSpace
-from sweeps.storage import StorageSpec
-from sweeps.trials import (
+from stepscale.sweeps import heartbeat, orchestrators
+from stepscale.sweeps.job import TrialJob
+from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher
+from stepscale.sweeps.objective import objective_value
+from stepscale.sweeps.runlock import RunLock
+from stepscale.sweeps.samplers import derived_seed, make_sampler
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.space import Point, SearchSpace
+from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.trials import (
     TrialSpec,
     now_iso,
     read_json,

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-
-from models.config import TrainerConfig
+from stepscale.models.config import TrainerConfig
 
 SCHEMA_NAME = "stepscale_schema"
 
@@ -161,7 +160,7 @@ class StorageConfig:
 class StudyConfig(TrainerConfig):
     """The root config: a trainer config plus the study around it."""
 
-    trainer: str = "models.train:train"  # module:function run inside each job
+    trainer: str = "stepscale.models.train:train"  # module:function run inside each job
     scientific: dict[str, ScientificParam] = field(default_factory=dict)
     nuisance: dict[str, NuisanceParam] = field(default_factory=dict)
     fixed: dict[str, FixedParam] = field(default_factory=dict)

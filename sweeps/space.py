@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna.distributions as od
-
-from models.config import TrainerConfig
-from sweeps.compose import UsageError
-from sweeps.schema import NuisanceParam, StudyConfig
+from stepscale.models.config import TrainerConfig
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import NuisanceParam, StudyConfig
 
 SCALES = ("linear", "log", "reverse_log")
 TYPES = ("float", "int", "categorical")

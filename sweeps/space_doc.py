@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sweeps.schema import NuisanceParam, StudyConfig
+from stepscale.sweeps.schema import NuisanceParam, StudyConfig
 
 SCHEMA_TAG = "stepscale.search_space/v1"
 

@@ -8,10 +8,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sweeps import orchestrators
-from sweeps.compose import UsageError
-from sweeps.detach import ORCHESTRATOR_DIR
-from sweeps.trials import read_json
+from stepscale.sweeps import orchestrators
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.detach import ORCHESTRATOR_DIR
+from stepscale.sweeps.trials import read_json
 
 STATES = ("running", "complete", "pruned", "diverged", "failed")
 ORCHESTRATOR_TIMEOUT_S = 120.0

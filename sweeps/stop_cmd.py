@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from sweeps import orchestrators
-from sweeps.compose import UsageError
-from sweeps.detach import ORCHESTRATOR_DIR
-from sweeps.trials import read_json
+from stepscale.sweeps import orchestrators
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.detach import ORCHESTRATOR_DIR
+from stepscale.sweeps.trials import read_json
 
 
 def stop_study(run_dir: str, timeout_s: float, heartbeat_timeout_s: float = 120.0) -> int:

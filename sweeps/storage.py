@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-
-from sweeps.compose import UsageError
-from sweeps.schema import StorageConfig
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import StorageConfig
 
 STORAGES = ("journal", "sqlite", "postgres")
 # The password of ``scheme://user:secret@host``: up to the last "@" of the URL, so that a

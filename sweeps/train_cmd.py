@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-from sweeps.compose import UsageError, compose_config, to_object
-from sweeps.progress import StepProgress
+from stepscale.sweeps.compose import UsageError, compose_config, to_object
+from stepscale.sweeps.progress import StepProgress
 
 
 def default_run_dir(name: str) -> Path:
@@ -99,10 +98,10 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
         return 0
     trainer_cfg = to_object(cfg)
 
-    from models.errors import ConfigError  # heavy imports only once the config composed
-    from models.plan import prepare
-    from models.reporter import JsonlReporter
-    from models.train import configure_compile_cache, train
+    from stepscale.models.errors import ConfigError  # heavy imports only once the config composed
+    from stepscale.models.plan import prepare
+    from stepscale.models.reporter import JsonlReporter
+    from stepscale.models.train import configure_compile_cache, train
 
     try:
         plan = prepare(trainer_cfg)

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-
-from models.config import TrainerConfig
-from models.reporter import write_json_atomic
-from sweeps.schema import StudyConfig
-from sweeps.space import Point, SearchSpace
-from sweeps.storage import StorageSpec
+from stepscale.models.config import TrainerConfig
+from stepscale.models.reporter import write_json_atomic
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.space import Point, SearchSpace
+from stepscale.sweeps.storage import StorageSpec
 
 TRAINER_SECTIONS = ("model", "data", "optimizer", "schedule", "train")
 

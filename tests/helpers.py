@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from models.config import TrainerConfig
+from stepscale.models.config import TrainerConfig
 
 WALL_KEYS = ("wall_s", "steps_per_s")
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import xarray as xr
 from run_dirs import Spec, make_run_dir
+from stepscale.analysis.load import RunDirError, open_results, parameters, save
 
-import analysis
-from analysis.load import RunDirError, open_results, parameters, save
+from stepscale import analysis
 
 # Records and status exactly as `sweep train conf=train_smoke` writes them (models/reporter.py).
 REAL_METRICS = """\
@@ -201,7 +201,7 @@ def test_bad_run_dirs(tmp_path: Path) -> None:
 
 
 def test_package_exports() -> None:
-    from analysis import load, load_table
+    from stepscale.analysis import load, load_table
 
     assert callable(load) and callable(load_table)
 
@@ -209,8 +209,8 @@ def test_package_exports() -> None:
 def test_parallel_parse_gives_the_same_dataset(study: Path) -> None:
     # In a fresh process without JAX (forking is refused once JAX's threads exist).
     script = (
-        "import sys, xarray as xr, analysis\n"
-        "module = sys.modules['analysis.load']\n"
+        "import sys, xarray as xr\nfrom stepscale import analysis\n"
+        "module = sys.modules['stepscale.analysis.load']\n"
         "sequential = analysis.load(sys.argv[1])\n"
         "module._PARALLEL_MIN_TRIALS = 1\n"
         "assert 'jax' not in sys.modules\n"

@@ -15,11 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-
-from models.config import DataConfig
-from models.data import SOURCES, DataSource, build_source
-from models.data.markov import MarkovSource, choose_successors
-from models.errors import ConfigError
+from stepscale.models.config import DataConfig
+from stepscale.models.data import SOURCES, DataSource, build_source
+from stepscale.models.data.markov import MarkovSource, choose_successors
+from stepscale.models.errors import ConfigError
 
 
 def step_key(train_seed: int, step: int) -> jax.Array:

@@ -22,11 +22,10 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import read_jsonl, tiny_gpt, without_wall
-
-from models.config import TrainConfig
-from models.distributed import join_args, maybe_initialize
-from models.errors import ConfigError
-from models.reporter import Action, JsonlReporter, NullReporter
+from stepscale.models.config import TrainConfig
+from stepscale.models.distributed import join_args, maybe_initialize
+from stepscale.models.errors import ConfigError
+from stepscale.models.reporter import Action, JsonlReporter, NullReporter
 
 # Losses of the 2-process run agree with the 1-process run to this relative tolerance
 # (the same program; only the cross-device sum runs over gloo instead of in-process).
@@ -100,7 +99,7 @@ def _wait_workers(tmp_path: Path, procs: list[Any], deadline: float) -> list[Any
 
 def _reference(cfg_overrides: dict[str, Any]) -> list[dict[str, Any]]:
     """The same run in this one process on two (fake CPU) devices."""
-    from models.train import train
+    from stepscale.models.train import train
 
     cfg = tiny_gpt(**cfg_overrides)
     cfg.train.distributed = "off"
@@ -175,8 +174,8 @@ def test_two_processes_train_like_one_process_with_two_devices(tmp_path: Path) -
 
 _SLURM_TASK = """
 import jax
-from models.config import TrainerConfig
-from models.distributed import broadcast_int, maybe_initialize
+from stepscale.models.config import TrainerConfig
+from stepscale.models.distributed import broadcast_int, maybe_initialize
 assert maybe_initialize(TrainerConfig())  # train.distributed=auto
 print(jax.process_index(), jax.process_count(), jax.device_count(), broadcast_int(jax.process_index() + 7))
 """
@@ -299,7 +298,7 @@ def _crash_after(original: Any, crash_at: int) -> Any:
 
 
 def _run_job(job: dict[str, Any]) -> dict[str, Any]:
-    from models import train as train_mod
+    from stepscale.models import train as train_mod
 
     cfg = tiny_gpt(**job["overrides"])
     _SpyReporter.began = False

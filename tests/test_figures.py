@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 import xarray as xr
 from run_dirs import Spec, make_run_dir
-
-from analysis import figures, load
-from analysis.figures import style
-from analysis.figures.ablation import BestSoFarFigure
-from analysis.figures.curves import LossStepsTokens
-from analysis.figures.steps import StepsVsBatch
-from analysis.study import StudyAnalysis, analyze
+from stepscale.analysis import figures, load
+from stepscale.analysis.figures import style
+from stepscale.analysis.figures.ablation import BestSoFarFigure
+from stepscale.analysis.figures.curves import LossStepsTokens
+from stepscale.analysis.figures.steps import StepsVsBatch
+from stepscale.analysis.study import StudyAnalysis, analyze
 
 BATCH_STUDY = {
     "steps_vs_batch",

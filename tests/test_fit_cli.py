@@ -10,9 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from analysis.fit_cli import FitInputError, add_fit_commands, main, run_fit
-from analysis.table import load_table
+from stepscale.analysis.fit_cli import FitInputError, add_fit_commands, main, run_fit
+from stepscale.analysis.table import load_table
 
 STEPS_KEYS = {
     "group",

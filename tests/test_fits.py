@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from analysis.fits import (
+from stepscale.analysis.fits import (
     bcrit_at_targets,
     first_crossing,
     fit_bcrit_vs_target,
@@ -22,7 +21,7 @@ from analysis.fits import (
     steps_at_target,
     steps_to_result,
 )
-from analysis.fits.steps import _profile_refit
+from stepscale.analysis.fits.steps import _profile_refit
 
 B11 = np.geomspace(16, 16384, 11)
 S_MIN, B_CRIT = 2000.0, 512.0
@@ -487,9 +486,8 @@ def test_a_trial_that_ended_above_its_initial_loss_counts_as_diverged_for_eta(
     """A finite loss far above where training started (an LR past the stability edge) is
     not fitted: one such trial bent the local quadratic to a negative loss at η*."""
     from run_dirs import START_LOSS, Spec, make_run_dir
-
-    from analysis import load
-    from analysis.study import analyze, usable_objective
+    from stepscale.analysis import load
+    from stepscale.analysis.study import analyze, usable_objective
 
     run = make_run_dir(tmp_path / "run", Spec(objective="final_eval_loss"))
     (blown,) = [

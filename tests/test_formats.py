@@ -21,9 +21,8 @@ import jsonschema
 import optuna.distributions as od
 import pytest
 import yaml
-
-from sweeps.compose import UsageError
-from sweeps.formats import (
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.formats import (
     EXTENSIONS,
     FORMATS,
     FormatError,
@@ -33,10 +32,10 @@ from sweeps.formats import (
     loss_key,
     validate_document,
 )
-from sweeps.formats.cli import add_format_commands, run_export, run_import
-from sweeps.run_cmd import _check_study, prepare_study
-from sweeps.space import build_space
-from sweeps.space_doc import SCHEMA_TAG, dumps_stable, space_document
+from stepscale.sweeps.formats.cli import add_format_commands, run_export, run_import
+from stepscale.sweeps.run_cmd import _check_study, prepare_study
+from stepscale.sweeps.space import build_space
+from stepscale.sweeps.space_doc import SCHEMA_TAG, dumps_stable, space_document
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -569,7 +568,7 @@ def _dry_run_args(conf_yaml: str, tmp: Path, name: str) -> list[str]:
 def test_a_conf_imported_from_each_format_runs_dry(
     fmt: str, rich_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from sweeps.cli import main
+    from stepscale.sweeps.cli import main
 
     for study in ("smoke", "rich"):
         doc = study_doc(study, rich_dir if study == "rich" else None)
@@ -656,7 +655,7 @@ def test_import_algoperf_tuning_search_space(tmp_path: Path) -> None:
     assert params["dropout_rate"]["choices"] == [0.0, 0.1] and notes == []
     conf = document_to_study_yaml(doc)
     assert "left out dropout_rate" in conf
-    from sweeps.cli import main
+    from stepscale.sweeps.cli import main
 
     args = _dry_run_args(conf, tmp_path, "from_algoperf")
     assert main([*args, f"run_dir={tmp_path / 'r'}"]) == 0

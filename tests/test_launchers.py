@@ -9,10 +9,9 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-
-from sweeps.compose import UsageError
-from sweeps.launchers import Launcher, slurm_parameters
-from sweeps.schema import LauncherConfig
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.launchers import Launcher, slurm_parameters
+from stepscale.sweeps.schema import LauncherConfig
 
 
 def visible_devices(hold_s: float) -> str:
@@ -80,7 +79,7 @@ def test_slurm_options_from_the_launcher_config():
 def test_sbatch_from_inside_a_job_does_not_pass_the_jobs_slurm_settings_on(tmp_path: Path):
     """A detached orchestrator runs in a SLURM job; its SLURM_* variables must not reach the
     trial jobs it submits (srun would take them as its own), SLURM_CONF must."""
-    from sweeps.launchers import _environment
+    from stepscale.sweeps.launchers import _environment
 
     os.environ["SLURM_MEM_PER_CPU"] = "1000"
     os.environ["SLURM_CONF"] = "/etc/slurm/slurm.conf.test"

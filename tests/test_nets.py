@@ -12,11 +12,10 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-
-from models.config import ModelConfig
-from models.data.base import DataInfo
-from models.errors import ConfigError
-from models.nets import (
+from stepscale.models.config import ModelConfig
+from stepscale.models.data.base import DataInfo
+from stepscale.models.errors import ConfigError
+from stepscale.models.nets import (
     MODELS,
     PRESETS,
     build_model,

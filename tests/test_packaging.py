@@ -1,4 +1,4 @@
-"""The package list in pyproject.toml (explicit because conf/ maps to `sweeps.conf`)
+"""The package list in pyproject.toml (explicit because the folders map to `stepscale.*`)
 covers every package of the repository, and the Hydra tree ships with it."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ def test_every_package_is_listed() -> None:
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
     found = {
-        ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("sweeps", "models", "analysis")
+        ".".join(("stepscale", *p.parent.relative_to(ROOT).parts))
+        for top in ("sweeps", "models", "analysis", "conf")
         for p in (ROOT / top).rglob("__init__.py")
     }
-    assert found | {"sweeps.conf"} == listed
+    assert found | {"stepscale"} == listed
 
 
 def test_models_does_not_import_sweeps_or_analysis() -> None:
@@ -35,7 +35,7 @@ def test_analysis_does_not_import_models() -> None:
 
 
 def test_conf_tree_is_found_through_the_package() -> None:
-    from sweeps.compose import conf_dir
+    from stepscale.sweeps.compose import conf_dir
 
     assert (conf_dir() / "config.yaml").exists()
     assert (conf_dir() / "conf" / "train_smoke.yaml").exists()

@@ -23,10 +23,9 @@ import pytest
 from optuna.trial import TrialState
 from servers import ServerUnavailable, skip_or_fail
 from servers.postgres import Timings, postgres_server
-
-from sweeps.compose import UsageError
-from sweeps.schema import StorageConfig
-from sweeps.storage import open_storage, redact, resolve
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.schema import StorageConfig
+from stepscale.sweeps.storage import open_storage, redact, resolve
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 URL_ENV = "STEPSCALE_TEST_PG_URL"

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 from run_dirs import Spec, make_run_dir
-
-from analysis.fit_cli import add_fit_commands, run_fit
-from analysis.provenance import redact
-from analysis.report_cli import ReportInputError, add_report_command, run_report
+from stepscale.analysis.fit_cli import add_fit_commands, run_fit
+from stepscale.analysis.provenance import redact
+from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
 
 FILES = (
     "index.html",
@@ -446,7 +445,7 @@ def test_cut_report_renders_identically(cut_run: Path, tmp_path: Path) -> None:
 
 
 def test_html_tables_align_numbers_right_and_text_left() -> None:
-    from analysis.document import numeric_columns, table, to_html, to_markdown
+    from stepscale.analysis.document import numeric_columns, table, to_html, to_markdown
 
     t = table(
         ["point", "steps", "B_crit", "status"],

@@ -5,10 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from models.durations import to_steps
-from models.errors import ConfigError
-from models.schedules import SCHEDULES, lr_at
+from stepscale.models.durations import to_steps
+from stepscale.models.errors import ConfigError
+from stepscale.models.schedules import SCHEDULES, lr_at
 
 HP = {
     "lr": jnp.float32(1.0),

@@ -15,9 +15,8 @@ from typing import Any
 
 import pytest
 from servers.slurm import sacct_state, squeue_ids
+from stepscale.sweeps.trials import read_json
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
-
-from sweeps.trials import read_json
 
 pytestmark = pytest.mark.cluster
 
@@ -135,8 +134,8 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
 ):
     """A job counts as ended only when the controller says so; when it cannot be asked
     the job counts as live (asked again later), never as ended and retried twice."""
-    from sweeps import launchers
-    from sweeps.launchers import slurm_job_active
+    from stepscale.sweeps import launchers
+    from stepscale.sweeps.launchers import slurm_job_active
 
     out = subprocess.run(
         ["sbatch", "--parsable", "--wrap", "sleep 120", "-o", str(tmp_path / "out")],

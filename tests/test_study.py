@@ -14,9 +14,8 @@ from typing import Any
 import optuna
 import pytest
 from optuna.trial import TrialState
-
-from sweeps.cli import main
-from sweeps.trials import read_json
+from stepscale.sweeps.cli import main
+from stepscale.sweeps.trials import read_json
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 FAST = ["train.devices=1"]
@@ -505,7 +504,7 @@ def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
 ) -> None:
     """Ctrl-C between asking Optuna for a trial and submitting its job: the trial is left
     stopped (not held by a heartbeat for the takeover timeout) and resumes as attempt 1."""
-    from sweeps.launchers import Launcher
+    from stepscale.sweeps.launchers import Launcher
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
-
-from models import checkpoint
-from models.nets.nqm import nqm_curvature, nqm_true_noise_scale
-from models.reporter import Action, JsonlReporter, NullReporter
-from models.step import TRACE_COUNTS
-from models.train import train
+from stepscale.models import checkpoint
+from stepscale.models.nets.nqm import nqm_curvature, nqm_true_noise_scale
+from stepscale.models.reporter import Action, JsonlReporter, NullReporter
+from stepscale.models.step import TRACE_COUNTS
+from stepscale.models.train import train
 
 
 def _final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
@@ -205,7 +204,7 @@ def test_target_met_at_step_zero_stops_at_once() -> None:
 
 
 def test_programs_are_not_shared_across_static_data_settings() -> None:
-    from models.plan import prepare
+    from stepscale.models.plan import prepare
 
     base = dict(model__name="mlp", data__name="teacher")
     cold = prepare(tiny_gpt(**base, data__temperature=0.05)).static_key

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import xarray as xr
-
-from analysis.figures import ablation, curves, lr, steps, style
-from analysis.study import StudyAnalysis
+from stepscale.analysis.figures import ablation, curves, lr, steps, style
+from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["FIGURES", "build", "draw", "render"]
 

@@ -9,11 +9,10 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.ablation import best_so_far
-from analysis.figures import style
-from analysis.load import FINAL_STATES
-from analysis.study import StudyAnalysis, usable_objective
+from stepscale.analysis.ablation import best_so_far
+from stepscale.analysis.figures import style
+from stepscale.analysis.load import FINAL_STATES
+from stepscale.analysis.study import StudyAnalysis, usable_objective
 
 __all__ = ["BestSoFarFigure", "BestSoFarLine", "best_so_far_figure", "draw_best_so_far"]
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.figures import style
-from analysis.study import StudyAnalysis
+from stepscale.analysis.figures import style
+from stepscale.analysis.study import StudyAnalysis
 
 __all__ = [
     "BestCurves",

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
-
-from analysis.figures import style
-from analysis.load import FINAL_STATES
-from analysis.study import StudyAnalysis, usable_objective
+from stepscale.analysis.figures import style
+from stepscale.analysis.load import FINAL_STATES
+from stepscale.analysis.study import StudyAnalysis, usable_objective
 
 __all__ = [
     "LRHeatmap",

@@ -3,9 +3,16 @@
 Each fit is a pure function returning a frozen dataclass with a JSON-ready ``to_dict()``.
 """
 
-from analysis.fits.hparams import HparamLaw, HparamLaws, fit_hparam_laws
-from analysis.fits.lr import LRLaw, OptimalLR, RuleComparison, SaturatingFit, fit_lr_law, optimal_lr
-from analysis.fits.steps import (
+from stepscale.analysis.fits.hparams import HparamLaw, HparamLaws, fit_hparam_laws
+from stepscale.analysis.fits.lr import (
+    LRLaw,
+    OptimalLR,
+    RuleComparison,
+    SaturatingFit,
+    fit_lr_law,
+    optimal_lr,
+)
+from stepscale.analysis.fits.steps import (
     BcritAtTargets,
     BcritVsTarget,
     CurveSteps,

@@ -19,8 +19,13 @@ from numpy.typing import ArrayLike
 from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
-
-from analysis.fits.steps import _batch_json, _floats, _jsonable, _positive_batches, _softplus
+from stepscale.analysis.fits.steps import (
+    _batch_json,
+    _floats,
+    _jsonable,
+    _positive_batches,
+    _softplus,
+)
 
 __all__ = [
     "LRLaw",

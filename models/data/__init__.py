@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
-from models.config import DataConfig
-from models.data.base import Batch, DataInfo, DataSource
-from models.data.files import TOKEN_DTYPES, FileSource
-from models.data.markov import MarkovSource
-from models.data.nqm import NQMSource
-from models.data.teacher import TeacherSource
-from models.errors import ConfigError
+from stepscale.models.config import DataConfig
+from stepscale.models.data.base import Batch, DataInfo, DataSource
+from stepscale.models.data.files import TOKEN_DTYPES, FileSource
+from stepscale.models.data.markov import MarkovSource
+from stepscale.models.data.nqm import NQMSource
+from stepscale.models.data.teacher import TeacherSource
+from stepscale.models.errors import ConfigError
 
 __all__ = ["SOURCES", "Batch", "DataInfo", "DataSource", "build_source"]
 

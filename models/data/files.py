@@ -12,10 +12,9 @@ import os
 
 import jax
 import numpy as np
-
-from models.config import DataConfig
-from models.data.base import Batch, DataInfo
-from models.errors import ConfigError
+from stepscale.models.config import DataConfig
+from stepscale.models.data.base import Batch, DataInfo
+from stepscale.models.errors import ConfigError
 
 TOKEN_DTYPES = ("uint16", "uint32")
 # Above this many tokens a uint16 file is not scanned for its largest id (vocab = 65536).

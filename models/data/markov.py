@@ -16,9 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from scipy import sparse
-
-from models.config import DataConfig
-from models.data.base import Batch, DataInfo
+from stepscale.models.config import DataConfig
+from stepscale.models.data.base import Batch, DataInfo
 
 # Propagating the context marginal stops once one step moves it by less than this (L1);
 # the transition is L1-non-expansive, so later marginals stay within steps * tol of it.

@@ -8,9 +8,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from models.config import DataConfig
-from models.data.base import Batch, DataInfo
+from stepscale.models.config import DataConfig
+from stepscale.models.data.base import Batch, DataInfo
 
 
 def sample_noise(key: jax.Array, batch_size: int, dim: int) -> Batch:

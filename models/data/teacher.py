@@ -11,9 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-
-from models.config import DataConfig
-from models.data.base import Batch, DataInfo
+from stepscale.models.config import DataConfig
+from stepscale.models.data.base import Batch, DataInfo
 
 HIDDEN = 64
 LOGIT_GAIN = 4.0

@@ -14,13 +14,12 @@ allocated), so sweeps can size runs before building anything.
 from __future__ import annotations
 
 from flax import nnx
-
-from models.config import ModelConfig
-from models.data.base import DataInfo
-from models.nets.gpt import GPT, gpt_flops_per_token, gpt_param_counts
-from models.nets.mlp import MLP, mlp_param_count
-from models.nets.nqm import NQM, nqm_curvature, nqm_noise_trace, nqm_true_noise_scale
-from models.nets.presets import MODELS, PRESETS, ResolvedModel, resolve
+from stepscale.models.config import ModelConfig
+from stepscale.models.data.base import DataInfo
+from stepscale.models.nets.gpt import GPT, gpt_flops_per_token, gpt_param_counts
+from stepscale.models.nets.mlp import MLP, mlp_param_count
+from stepscale.models.nets.nqm import NQM, nqm_curvature, nqm_noise_trace, nqm_true_noise_scale
+from stepscale.models.nets.presets import MODELS, PRESETS, ResolvedModel, resolve
 
 __all__ = [
     "GPT",

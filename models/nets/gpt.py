@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-
-from models.errors import ConfigError
-from models.nets.presets import ResolvedModel
+from stepscale.models.errors import ConfigError
+from stepscale.models.nets.presets import ResolvedModel
 
 INIT_STD = 0.02
 LN_EPS = 1e-5

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-
-from models.nets.presets import ResolvedModel
+from stepscale.models.nets.presets import ResolvedModel
 
 
 class MLP(nnx.Module):

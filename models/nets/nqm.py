@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-
-from models.nets.presets import ResolvedModel
+from stepscale.models.nets.presets import ResolvedModel
 
 
 class NQMShape(Protocol):

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from models.config import ModelConfig
-from models.data.base import DataInfo
-from models.errors import ConfigError
+from stepscale.models.config import ModelConfig
+from stepscale.models.data.base import DataInfo
+from stepscale.models.errors import ConfigError
 
 MODELS = ("gpt", "mlp", "nqm")
 DTYPES = ("float32", "bfloat16", "float16")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from sweeps.formats import (
+from stepscale.sweeps.formats import (
     algoperf,
     batch_science,
     hydra_sweeper,
@@ -19,9 +19,14 @@ from sweeps.formats import (
     stepscale,
     wandb_sweep,
 )
-from sweeps.formats.common import FormatError, describe_losses, fit_trainer_types, loss_key
-from sweeps.formats.document import schema, validate_document
-from sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
+from stepscale.sweeps.formats.common import (
+    FormatError,
+    describe_losses,
+    fit_trainer_types,
+    loss_key,
+)
+from stepscale.sweeps.formats.document import schema, validate_document
+from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
 
 FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science")
 _MODULES: dict[str, ModuleType] = {

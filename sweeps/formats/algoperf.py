@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sweeps.formats.common import (
+from stepscale.sweeps.formats.common import (
     alias_for,
     choice_param,
     clean,
@@ -27,7 +27,7 @@ from sweeps.formats.common import (
     path_for_name,
     unique_alias,
 )
-from sweeps.space_doc import dumps_stable
+from stepscale.sweeps.space_doc import dumps_stable
 
 FMT = "algoperf"
 ONE_MINUS = "one_minus_"

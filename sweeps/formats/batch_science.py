@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.formats.common import (
+from stepscale.sweeps.formats.common import (
     alias_for,
     choice_param,
     envelope,
@@ -31,7 +31,7 @@ from sweeps.formats.common import (
     scientific_param,
     unique_alias,
 )
-from sweeps.space_doc import dumps_stable
+from stepscale.sweeps.space_doc import dumps_stable
 
 FMT = "batch_science"
 BATCH_PATH = "data.global_batch"

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweeps.compose import UsageError
-from sweeps.formats import FORMATS, FormatError, export_space, import_space, study_yaml
+from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.formats import FORMATS, FormatError, export_space, import_space, study_yaml
 
 
 def add_format_commands(subparsers: Any) -> None:
@@ -61,9 +61,9 @@ def _write(text: str, output: str | None) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """`sweep export`: compose and validate the study, print its search space in
     ``args.format``; one warning line lists what the format cannot express."""
-    from sweeps.run_cmd import _check_study, prepare_study
-    from sweeps.space import build_space
-    from sweeps.space_doc import space_document
+    from stepscale.sweeps.run_cmd import _check_study, prepare_study
+    from stepscale.sweeps.space import build_space
+    from stepscale.sweeps.space_doc import space_document
 
     _check_format(args.format)
     overrides = list(args.overrides)

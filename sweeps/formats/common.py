@@ -9,8 +9,7 @@ import re
 from typing import Any
 
 import yaml
-
-from sweeps.space import TRAINER_PATHS
+from stepscale.sweeps.space import TRAINER_PATHS
 
 
 class FormatError(ValueError):
@@ -315,7 +314,7 @@ def loss_key(item: str) -> str:
 
 def new_document(params: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
     """A document with the v1 tag, ``params`` and the sections that are not None."""
-    from sweeps.space_doc import SCHEMA_TAG
+    from stepscale.sweeps.space_doc import SCHEMA_TAG
 
     doc: dict[str, Any] = {"schema": SCHEMA_TAG, "parameters": params}
     doc |= {k: v for k, v in sections.items() if v is not None}
@@ -385,7 +384,7 @@ def _trainer_types() -> dict[str, str]:
     """Dotted trainer key → its Python type name (``int``, ``float``, ``str``, ``bool``)."""
     import dataclasses
 
-    from models.config import TrainerConfig
+    from stepscale.models.config import TrainerConfig
 
     out: dict[str, str] = {}
 

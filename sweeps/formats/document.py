@@ -10,9 +10,8 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
-
-from sweeps.formats.common import FormatError
-from sweeps.space_doc import SCHEMA_TAG
+from stepscale.sweeps.formats.common import FormatError
+from stepscale.sweeps.space_doc import SCHEMA_TAG
 
 _TAG = re.compile(r"^stepscale\.search_space/v(\d+)$")
 

@@ -14,8 +14,7 @@ import warnings
 from typing import Any
 
 import optuna.distributions as od
-
-from sweeps.formats.common import (
+from stepscale.sweeps.formats.common import (
     FormatError,
     alias_for,
     choice_param,
@@ -29,7 +28,7 @@ from sweeps.formats.common import (
     path_for_name,
     unique_alias,
 )
-from sweeps.space_doc import dumps_stable
+from stepscale.sweeps.space_doc import dumps_stable
 
 FMT = "optuna"
 REVERSE_SUFFIX = "__1m"

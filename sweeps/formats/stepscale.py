@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeps.formats.common import load_json
-from sweeps.formats.document import validate_document
-from sweeps.space_doc import dumps_stable
+from stepscale.sweeps.formats.common import load_json
+from stepscale.sweeps.formats.document import validate_document
+from stepscale.sweeps.space_doc import dumps_stable
 
 
 def export(doc: dict[str, Any]) -> str:

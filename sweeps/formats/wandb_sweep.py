@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sweeps.formats.common import (
+from stepscale.sweeps.formats.common import (
     alias_for,
     choice_param,
     clean,
@@ -30,7 +30,7 @@ from sweeps.formats.common import (
     path_for_name,
     unique_alias,
 )
-from sweeps.objective import OBJECTIVES
+from stepscale.sweeps.objective import OBJECTIVES
 
 FMT = "wandb"
 _METHOD = {"tpe": "bayes", "gp": "bayes", "random": "random", "qmc": "random", "grid": "grid"}
