@@ -19,7 +19,7 @@ _TAG = re.compile(r"^stepscale\.search_space/v(\d+)$")
 @functools.cache
 def schema() -> dict[str, Any]:
     """The JSON Schema of ``stepscale.search_space/v1``."""
-    text = resources.files("sweeps").joinpath("search_space.schema.json").read_text()
+    text = resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text()
     return json.loads(text)
 
 

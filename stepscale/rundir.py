@@ -1,0 +1,195 @@
+"""The run directory: the one contract between whoever writes a study and whoever reads it.
+
+The orchestrator (`stepscale.sweeps`), the trainer (`stepscale.models` or a user's own) and
+the analysis (`stepscale.analysis`) all take the names of files, the keys of records and
+the meaning of a trial's state from here; docs/run-dir.md describes the same layout for
+people. This module imports nothing of the project, so every side may import it.
+
+```
+RUN_DIR/
+  config.yaml  space.json  study.json  run.json  study.journal  stop.json
+  orchestrators/  orchestrator/  jobs/
+  trials/<point label>/<n>/
+      config.yaml  trial.json  status.json  metrics.jsonl  events.jsonl
+      heartbeat  heartbeat.orch  checkpoints/  logs/
+  report/
+```
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+# ------------------------------------------------------------------ file and folder names
+
+CONFIG_YAML = "config.yaml"  # the composed study config (run dir) or trainer config (trial)
+SPACE_JSON = "space.json"  # the search space, stepscale.search_space/v1
+STUDY_JSON = "study.json"  # points in order, their Optuna study names, the study identity
+RUN_JSON = "run.json"  # provenance of the runs of the orchestrator (command, versions, git)
+JOURNAL = "study.journal"  # Optuna's journal file (the default storage)
+TRIALS_DIR = "trials"
+REPORT_DIR = "report"
+JOBS_DIR = "jobs"  # submitit's files of SLURM job arrays
+ORCHESTRATOR_DIR = "orchestrator"  # the --detach orchestrator job's files (JOB_JSON)
+ORCHESTRATORS_DIR = "orchestrators"  # one heartbeat file per live orchestrator
+RUN_LOCK = ".orchestrator.lock"  # held while an orchestrator opens or changes the study
+STOP_JSON = "stop.json"  # written by `sweep stop`
+JOB_JSON = "job.json"
+
+TRIAL_JSON = "trial.json"  # the orchestrator's record of a trial (TRIAL_KEYS)
+STATUS_JSON = "status.json"  # the trainer's status (STATUS_KEYS)
+METRICS_JSONL = "metrics.jsonl"  # one record per logged step (METRIC_KEYS)
+EVENTS_JSONL = "events.jsonl"  # the job's starts, resumes and stops (EVENT_KEYS)
+HEARTBEAT = "heartbeat"  # refreshed by a live job
+ORCH_HEARTBEAT = "heartbeat.orch"  # refreshed by the orchestrator that holds the trial
+CHECKPOINTS_DIR = "checkpoints"
+LOGS_DIR = "logs"
+
+# Files whose presence makes a folder under trials/ a trial.
+TRIAL_FILES = (TRIAL_JSON, STATUS_JSON, METRICS_JSONL)
+
+
+def trial_dir(run_dir: Path, label: str, number: int) -> Path:
+    """``RUN_DIR/trials/<point label>/<n>/``."""
+    return Path(run_dir) / TRIALS_DIR / label / str(number)
+
+
+def is_trial_dir(path: Path) -> bool:
+    """Whether a folder under ``trials/<point>/`` holds a trial (any of its files)."""
+    return path.is_dir() and any((path / name).exists() for name in TRIAL_FILES)
+
+
+# ----------------------------------------------------------------------------- states
+
+RUNNING = "running"
+STOPPED = "stopped"  # left by a stopped orchestrator or a signalled job; resumed next run
+COMPLETE = "complete"
+PRUNED = "pruned"
+DIVERGED = "diverged"
+FAILED = "failed"
+# A trainer status that ends a trial.
+TRAINER_FINAL_STATES = (COMPLETE, PRUNED, DIVERGED)
+# A trial.json state that ends a trial (budgets count these).
+FINAL_STATES = frozenset({*TRAINER_FINAL_STATES, FAILED})
+STATES = (RUNNING, STOPPED, *TRAINER_FINAL_STATES, FAILED)
+
+# ------------------------------------------------------------------- keys of the records
+
+# metrics.jsonl: ``step`` (optimizer updates done) plus any of these; a trainer may log
+# others, which the analysis keeps as they are.
+METRIC_KEYS = (
+    "train_loss",
+    "eval_loss",
+    "lr",
+    "grad_norm",
+    "update_norm",
+    "param_norm",
+    "tokens",
+    "examples",
+    "wall_s",
+    "steps_per_s",
+    "noise_scale",
+)
+# Metrics that say how much a step consumed: the analysis turns them into coordinates.
+PER_STEP_COUNTS = {"tokens": "tokens_per_step", "examples": "examples_per_step"}
+
+# status.json: ``state`` and ``steps_done`` are required, the rest optional.
+STATUS_REQUIRED = ("state", "steps_done")
+STATUS_KEYS = (
+    *STATUS_REQUIRED,
+    "reason",
+    "resumed_from_step",
+    "horizon_steps",
+    "steps_to_target",
+    "steps_to_target_interp",
+    "target_loss",
+    "best_eval_loss",
+    "final_eval_loss",
+    "diverged_step",
+    "params",
+    "tokens_done",
+    "examples_done",
+    "flops_done",
+    "wall_s",
+    # the trainer's plan, beside the config (models.plan.describe)
+    "warmup_steps",
+    "global_batch",
+    "devices",
+    "per_device_batch",
+    "microbatch",
+    "accum_steps",
+    "tokens_per_step",
+    "examples_per_step",
+    "flops_per_step",
+    "loss_floor",
+)
+# Status fields the analysis always has as coordinates (NaN where a trial lacks them).
+STATUS_COORDS = (
+    "steps_done",
+    "steps_to_target",
+    "steps_to_target_interp",
+    "best_eval_loss",
+    "final_eval_loss",
+    "tokens_per_step",
+    "examples_per_step",
+    "flops_per_step",
+    "wall_s",
+)
+
+# trial.json, written by the orchestrator.
+TRIAL_KEYS = (
+    "trial",  # "<point label>/<n>"
+    "point",
+    "number",
+    "kind",  # tune | confirm
+    "seed",
+    "scientific",  # alias → value
+    "nuisance",
+    "fixed",
+    "state",  # STATES
+    "objective",  # what Optuna was told
+    "attempts",
+    "orchestrator",  # the owner id of the orchestrator that ran it
+    "started",
+    "ended",
+    "job_id",
+    "job_files",
+    "failures",  # errors of earlier attempts (retried)
+    "error",  # the error of the last attempt of a failed trial
+)
+# The per-trial fields of trial.json the analysis keeps as coordinates.
+TRIAL_COORDS = (
+    "point",
+    "number",
+    "kind",
+    "seed",
+    "state",
+    "running",  # derived: no final state yet
+    "objective",
+    "attempts",
+    "started",
+    "ended",
+)
+
+# events.jsonl
+EVENT_KEYS = ("event", "step", "time", "host", "job_id", "signal", "error")
+
+# ---------------------------------------------------------------------- the crossing
+
+
+def interpolated_crossing(s0: float, l0: float, s1: float, l1: float, target: float) -> float:
+    """Step at which an eval-loss curve crosses ``target`` between the evaluation at ``s0``
+    (loss ``l0`` ≥ target) and the first one below it at ``s1`` (loss ``l1`` < target).
+
+    log(loss) is taken as linear in step (loss itself when a loss is not positive); the
+    result is clamped to [s0, s1]. The trainer's ``steps_to_target_interp`` and the
+    analysis's crossings at other targets both come from this function.
+    """
+    if l0 == l1:
+        return float(s1)
+    if l0 > 0 and l1 > 0 and target > 0:
+        frac = (math.log(l0) - math.log(target)) / (math.log(l0) - math.log(l1))
+    else:
+        frac = (l0 - target) / (l0 - l1)
+    return s0 + min(max(frac, 0.0), 1.0) * (s1 - s0)
