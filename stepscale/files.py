@@ -33,12 +33,11 @@ def atomic_path(path: Path) -> Iterator[Path]:
 def write_text_atomic(path: Path, data: str | bytes, *, fsync: bool = False) -> None:
     """Write text (UTF-8) or bytes to ``path`` atomically; ``fsync`` makes it durable."""
     mode, encoding = ("w", "utf-8") if isinstance(data, str) else ("wb", None)
-    with atomic_path(path) as tmp:
-        with open(tmp, mode, encoding=encoding) as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
