@@ -60,6 +60,10 @@ def is_trial_dir(path: Path) -> bool:
     return path.is_dir() and any((path / name).exists() for name in TRIAL_FILES)
 
 
+# The built-in trainer's key of the global batch size (in sequences or examples): a study's
+# batch axis is its scientific parameter at this path.
+BATCH_PATH = "data.global_batch"
+
 # ----------------------------------------------------------------------------- states
 
 RUNNING = "running"
