@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from stepscale.analysis.fits.hparams import fit_hparam_laws
 from stepscale.analysis.fits.steps import fit_steps, steps_to_result
 from stepscale.analysis.table import load_table

@@ -46,6 +46,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stepscale import files, rundir
+from stepscale.files import atomic_path
+
 if TYPE_CHECKING:
     import xarray as xr
 
@@ -60,48 +63,15 @@ __all__ = [
 ]
 
 SCHEMA = "stepscale.results/v1"
-FINAL_STATES = frozenset({"complete", "pruned", "diverged", "failed"})
+FINAL_STATES = rundir.FINAL_STATES
 # Metric names of the contract; reserved even when no trial logged them, so that the name
 # of a parameter or status coordinate does not depend on which metrics happen to exist.
-KNOWN_METRICS = (
-    "train_loss",
-    "eval_loss",
-    "lr",
-    "grad_norm",
-    "update_norm",
-    "param_norm",
-    "tokens",
-    "examples",
-    "wall_s",
-    "steps_per_s",
-    "noise_scale",
-)
+KNOWN_METRICS = rundir.METRIC_KEYS
 # Metrics that become the derived (trial, step) coordinates instead of data variables.
-DERIVED = {"tokens": "tokens_per_step", "examples": "examples_per_step"}
-TRIAL_FIELDS = (
-    "point",
-    "number",
-    "kind",
-    "seed",
-    "state",
-    "running",
-    "objective",
-    "attempts",
-    "started",
-    "ended",
-)
+DERIVED = rundir.PER_STEP_COUNTS
+TRIAL_FIELDS = rundir.TRIAL_COORDS
 # Status fields always present as coordinates (NaN when no trial has them yet).
-STATUS_FIELDS = (
-    "steps_done",
-    "steps_to_target",
-    "steps_to_target_interp",
-    "best_eval_loss",
-    "final_eval_loss",
-    "tokens_per_step",
-    "examples_per_step",
-    "flops_per_step",
-    "wall_s",
-)
+STATUS_FIELDS = rundir.STATUS_COORDS
 UNITS = {
     "step": "steps",
     "steps_done": "steps",
@@ -127,18 +97,7 @@ class RunDirError(ValueError):
 
 def read_json(path: Path, *, required: bool = False) -> Any:
     """A JSON file's content; None when absent and not ``required``; RunDirError if bad."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if required:
-            raise RunDirError(f"{path} is missing") from None
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunDirError(f"cannot read {path}: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunDirError(f"{path} is not valid JSON: {exc}") from None
+    return files.read_json(path, required=required, error=RunDirError)
 
 
 # --------------------------------------------------------------------- metrics.jsonl
@@ -279,7 +238,7 @@ class _Trial:
 
 
 def _trial_dirs(root: Path) -> list[Path]:
-    trials = root / "trials"
+    trials = root / rundir.TRIALS_DIR
     if not trials.is_dir():
         return []
     out = []
@@ -287,16 +246,14 @@ def _trial_dirs(root: Path) -> list[Path]:
         if not point.is_dir():
             continue
         for tdir in point.iterdir():
-            if tdir.is_dir() and any(
-                (tdir / f).exists() for f in ("trial.json", "status.json", "metrics.jsonl")
-            ):
+            if tdir.is_dir() and any((tdir / f).exists() for f in rundir.TRIAL_FILES):
                 out.append(tdir)
     return out
 
 
 def _read_trial(tdir: Path) -> _Trial:
-    info = read_json(tdir / "trial.json") or {}
-    status = read_json(tdir / "status.json") or {}
+    info = read_json(tdir / rundir.TRIAL_JSON) or {}
+    status = read_json(tdir / rundir.STATUS_JSON) or {}
     if not isinstance(info, dict) or not isinstance(status, dict):
         raise RunDirError(f"{tdir}: trial.json and status.json must hold JSON objects")
     point = str(info.get("point") or tdir.parent.name)
@@ -306,7 +263,7 @@ def _read_trial(tdir: Path) -> _Trial:
             number = int(tdir.name)
         except ValueError:
             raise RunDirError(f"{tdir}: no trial number in trial.json or folder name") from None
-    steps, metrics = _metric_columns(tdir / "metrics.jsonl")
+    steps, metrics = _metric_columns(tdir / rundir.METRICS_JSONL)
     tid = str(info.get("trial") or f"{point}/{number}")
     return _Trial(tid, point, number, info, status, steps, metrics)
 
@@ -392,9 +349,9 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
         raise RunDirError(f"run directory {root} does not exist")
     if not root.is_dir():
         raise RunDirError(f"run directory {root} is not a directory")
-    study = read_json(root / "study.json") or {}
-    space = read_json(root / "space.json") or {}
-    run = read_json(root / "run.json")
+    study = read_json(root / rundir.STUDY_JSON) or {}
+    space = read_json(root / rundir.SPACE_JSON) or {}
+    run = read_json(root / rundir.RUN_JSON)
     dirs = _trial_dirs(root)
     if not dirs:
         raise RunDirError(f"run directory {root} holds no trials (nothing under {root}/trials/)")
@@ -556,14 +513,13 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str]) -> Path:
     different horizons): zlib level 1 makes the file ~7× smaller for little time.
     """
     p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
     encoding = {
         name: {"zlib": True, "complevel": 1}
         for name, v in ds.variables.items()
         if v.ndim == 2 and v.dtype.kind == "f"
     }
-    ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
-    os.replace(tmp, p)
+    with atomic_path(p) as tmp:
+        ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
     return p
 
 

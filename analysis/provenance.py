@@ -10,43 +10,22 @@ never reaches a report file.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from stepscale.analysis.load import read_json
 
-__all__ = ["provenance", "redact", "redact_all"]
+from stepscale import rundir
+from stepscale.analysis.load import read_json
+from stepscale.redact import redact_all
+from stepscale.versions import package_versions
+
+__all__ = ["provenance"]
 
 SCHEMA = "stepscale.provenance/v1"
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<pw>[^@\s/]*)@")
-_KEY_PASSWORD = re.compile(
-    r"(?P<key>\b(?:password|passwd|pwd|secret|token)\s*[=:]\s*)(?P<value>[^\s&;,'\"]+)",
-    re.IGNORECASE,
-)
 _REPORT_PACKAGES = ("stepscale", "numpy", "scipy", "xarray", "h5netcdf", "h5py", "matplotlib")
-
-
-def redact(text: str) -> str:
-    """Replace passwords: ``postgresql://user:secret@host`` → ``postgresql://user:***@host``
-    and ``password=secret`` → ``password=***``."""
-    text = _URL_PASSWORD.sub(lambda m: f"{m['head']}:***@", text)
-    return _KEY_PASSWORD.sub(lambda m: f"{m['key']}***", text)
-
-
-def redact_all(obj: Any) -> Any:
-    """:func:`redact` applied to every string (keys too) of a JSON-like structure."""
-    if isinstance(obj, str):
-        return redact(obj)
-    if isinstance(obj, Mapping):
-        return {redact(str(k)): redact_all(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [redact_all(v) for v in obj]
-    return obj
 
 
 def _config(path: Path) -> Any:
@@ -73,16 +52,6 @@ def _dig(cfg: Any, path: str) -> Any:
     return cfg
 
 
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in _REPORT_PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
 def _counts(values: np.ndarray) -> dict[str, int]:
     uniq, n = np.unique(values.astype(str), return_counts=True)
     return {str(u): int(k) for u, k in zip(uniq, n, strict=True)}
@@ -98,15 +67,15 @@ def _seeds(ds: xr.Dataset, kind: str) -> list[Any]:
 def provenance(run_dir: Path, ds: xr.Dataset, extra: Mapping[str, Any]) -> dict[str, Any]:
     """The content of provenance.json (keys sorted when written); ``extra`` is merged in
     under ``report`` (targets, fit settings)."""
-    run = read_json(run_dir / "run.json")
+    run = read_json(run_dir / rundir.RUN_JSON)
     run = run if isinstance(run, Mapping) else {}
-    study = read_json(run_dir / "study.json")
-    space = read_json(run_dir / "space.json")
-    cfg = _config(run_dir / "config.yaml")
+    study = read_json(run_dir / rundir.STUDY_JSON)
+    space = read_json(run_dir / rundir.SPACE_JSON)
+    cfg = _config(run_dir / rundir.CONFIG_YAML)
     versions = run.get("versions") if isinstance(run.get("versions"), Mapping) else {}
     missing = [
         f
-        for f in ("run.json", "study.json", "space.json", "config.yaml")
+        for f in (rundir.RUN_JSON, rundir.STUDY_JSON, rundir.SPACE_JSON, rundir.CONFIG_YAML)
         if not (run_dir / f).exists()
     ]
     states = ds["state"].values
@@ -146,6 +115,6 @@ def provenance(run_dir: Path, ds: xr.Dataset, extra: Mapping[str, Any]) -> dict[
             "by_point": by_point,
         },
         "missing_files": missing,
-        "report": {**dict(extra), "environment": _versions()},
+        "report": {**dict(extra), "environment": package_versions(_REPORT_PACKAGES)},
     }
     return redact_all(out)

@@ -34,11 +34,14 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
 from stepscale.analysis import figures
 from stepscale.analysis.document import Block, code, fig, heading, para, table, to_html, to_markdown
 from stepscale.analysis.load import load, parameters, save
-from stepscale.analysis.provenance import provenance, redact
+from stepscale.analysis.provenance import provenance
 from stepscale.analysis.study import DROPPED, FitSettings, StudyAnalysis, analyze
+from stepscale.files import write_text_atomic
+from stepscale.redact import redact
 
 __all__ = ["CSV_COLUMNS", "ReportResult", "steps_table", "write_report"]
 
@@ -760,15 +763,6 @@ def _strict(obj: Any) -> Any:
     return obj
 
 
-def _write(path: Path, data: str | bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    else:
-        tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _redact_block(b: Block) -> Block:
     """A block with passwords redacted from its text (never from PNG bytes)."""
     return replace(
@@ -821,18 +815,18 @@ def write_report(
         if stale.stem not in pngs:
             stale.unlink()
     save(ds, out / "results.nc")
-    _write(out / "fits.json", _json_text(a.to_dict()))
+    write_text_atomic(out / "fits.json", _json_text(a.to_dict()))
     header, rows = steps_table(ds, a)
-    _write(out / "steps_to_target.csv", redact(_csv_text(header, rows)))
+    write_text_atomic(out / "steps_to_target.csv", redact(_csv_text(header, rows)))
     prov = provenance(
         root,
         ds,
         {"targets": list(a.targets), "target": a.target, "settings": a.settings.to_dict()},
     )
-    _write(out / "provenance.json", _json_text(prov))
+    write_text_atomic(out / "provenance.json", _json_text(prov))
     blocks = [_redact_block(b) for b in document(a, ds, prov, pngs)]
-    _write(out / "report.md", to_markdown(blocks))
-    _write(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))
+    write_text_atomic(out / "report.md", to_markdown(blocks))
+    write_text_atomic(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))
     files = (
         "index.html",
         "report.md",

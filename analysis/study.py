@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
 from stepscale.analysis.ablation import AblationTable, ablation_table
 from stepscale.analysis.dataset import (
     BATCH_PATH,

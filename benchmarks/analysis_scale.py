@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_dirs import Spec, make_run_dir
+
 from stepscale.analysis import figures
 from stepscale.analysis.load import load, save
 from stepscale.analysis.report import write_report

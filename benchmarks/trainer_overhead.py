@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
 from stepscale.models import nets
 from stepscale.models.config import TrainerConfig
 from stepscale.models.data import build_source

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
 from stepscale.models.distributed import mesh_devices
 from stepscale.models.errors import ConfigError
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import jax
 import numpy as np
+
 from stepscale.models.config import TrainConfig, TrainerConfig
 from stepscale.models.errors import ConfigError
 

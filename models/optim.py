@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+
 from stepscale.models.config import OptimizerConfig
 
 OPTIMIZERS = ("adamw", "sgd", "lars", "lamb", "lion")

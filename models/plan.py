@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+
 from stepscale.models import nets
 from stepscale.models.batching import BatchPlan, plan_batch
 from stepscale.models.config import TrainerConfig

@@ -3,7 +3,8 @@
 The trainer hands every logged record to a `Reporter` and asks whether to go on; at the
 end it hands over the final status. `JsonlReporter` is the default: it writes
 ``metrics.jsonl`` (one JSON object per logged step) and ``status.json`` in the run dir,
-as DESIGN.md §3 specifies. Other reporters (Optuna's, in `sweeps/`) wrap or replace it.
+as docs/run-dir.md describes (names and keys: `stepscale.rundir`). Other reporters
+(Optuna's, in `sweeps/`) wrap or replace it.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import enum
 import json
 import math
 import os
-import threading
 from pathlib import Path
 from typing import Any, Protocol
+
+from stepscale import rundir
+from stepscale.files import write_json_atomic, write_text_atomic
 
 
 class Action(enum.Enum):
@@ -55,17 +58,6 @@ def dumps(record: dict[str, Any]) -> str:
     return json.dumps(clean, separators=(",", ":"), allow_nan=False)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON so that readers see the old file or the new one, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def truncate_jsonl(path: Path, last_step: int) -> None:
     """Keep only the records of ``path`` with ``step`` ≤ ``last_step`` (resume)."""
     if not path.exists():
@@ -82,9 +74,7 @@ def truncate_jsonl(path: Path, last_step: int) -> None:
                 continue
             if rec.get("step", 0) <= last_step:
                 kept.append(line)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text("".join(k + "\n" for k in kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(k + "\n" for k in kept))
 
 
 class JsonlReporter:
@@ -92,8 +82,8 @@ class JsonlReporter:
 
     def __init__(self, run_dir: str | os.PathLike[str]) -> None:
         self.run_dir = Path(run_dir)
-        self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.status_path = self.run_dir / "status.json"
+        self.metrics_path = self.run_dir / rundir.METRICS_JSONL
+        self.status_path = self.run_dir / rundir.STATUS_JSON
         self._file: Any = None
 
     def begin(self, step: int) -> None:
@@ -104,7 +94,7 @@ class JsonlReporter:
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
         self._file = open(self.metrics_path, "a")  # noqa: SIM115  (kept open across reports)
-        write_json_atomic(self.status_path, {"state": "running", "steps_done": step})
+        write_json_atomic(self.status_path, {"state": rundir.RUNNING, "steps_done": step})
 
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Append one line; never asks to stop."""

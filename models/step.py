@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 from jax.sharding import Mesh
+
 from stepscale.models.batching import BatchPlan, batch_sharding, split_microbatches
 from stepscale.models.optim import set_hyperparams
 from stepscale.models.schedules import lr_at

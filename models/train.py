@@ -25,6 +25,7 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+
 from stepscale.models import checkpoint, distributed, nets
 from stepscale.models.batching import AXIS, make_mesh, replicated
 from stepscale.models.config import TrainerConfig
@@ -33,6 +34,7 @@ from stepscale.models.optim import make_optimizer
 from stepscale.models.plan import RunPlan, describe, prepare
 from stepscale.models.reporter import Action, NullReporter, Reporter
 from stepscale.models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
+from stepscale.rundir import interpolated_crossing
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -106,18 +108,6 @@ class DeferredInterrupt:
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def _interpolated_crossing(s0: int, l0: float, s1: int, l1: float, target: float) -> float:
-    """Step at which the eval loss crosses ``target``, interpolating log(loss) linearly in
-    step between the evaluations at ``s0`` (≥ target) and ``s1`` (< target)."""
-    if l0 > 0 and l1 > 0 and l0 != l1:
-        frac = (math.log(l0) - math.log(target)) / (math.log(l0) - math.log(l1))
-    elif l0 != l1:
-        frac = (l0 - target) / (l0 - l1)
-    else:
-        frac = 1.0
-    return s0 + min(max(frac, 0.0), 1.0) * (s1 - s0)
 
 
 class Trainer:
@@ -298,7 +288,7 @@ class Trainer:
                 loop.steps_to_target = loop.step
                 prev_s, prev_l = loop.last_eval_step, loop.last_eval_loss
                 loop.steps_to_target_interp = (
-                    _interpolated_crossing(prev_s, prev_l, loop.step, loss, target)
+                    interpolated_crossing(prev_s, prev_l, loop.step, loss, target)
                     if prev_s is not None and prev_l is not None
                     else float(loop.step)
                 )
@@ -449,7 +439,7 @@ def train(
 ) -> dict[str, Any]:
     """Run one training run to its horizon (or target, divergence, prune) and return its
     final status. ``run_dir`` holds checkpoints (none are written without it); the default
-    reporter is in-memory — pass `JsonlReporter(run_dir)` for the files of DESIGN.md §3.
+    reporter is in-memory — pass `JsonlReporter(run_dir)` for the files of docs/run-dir.md.
     Raises `ConfigError` on bad input before any compute.
 
     Multi-process (`models.distributed`; joined here or in `prepare`, before any JAX

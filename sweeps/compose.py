@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
 from stepscale.sweeps import schema
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"

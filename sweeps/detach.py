@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+
 from stepscale.models.reporter import write_json_atomic
 from stepscale.sweeps.compose import UsageError
 from stepscale.sweeps.schema import StudyConfig

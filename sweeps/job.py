@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+
 from stepscale.models.reporter import Action, JsonlReporter
 from stepscale.sweeps.heartbeat import JobHeartbeat
 from stepscale.sweeps.trials import TrialSpec, to_trainer_config
@@ -78,6 +79,7 @@ def _optuna_trial(spec: TrialSpec) -> Any | None:
     if spec.pruner is None:
         return None
     import optuna
+
     from stepscale.sweeps.samplers import make_pruner
     from stepscale.sweeps.schema import PrunerConfig
     from stepscale.sweeps.storage import open_storage

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import submitit
+
 from stepscale.sweeps.compose import UsageError
 from stepscale.sweeps.schema import LauncherConfig
 

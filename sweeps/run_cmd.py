@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
 from stepscale.models.reporter import write_json_atomic
 from stepscale.sweeps.compose import UsageError, compose_config, to_object
 from stepscale.sweeps.objective import OBJECTIVES

@@ -29,6 +29,7 @@ from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+
 from stepscale.sweeps import heartbeat, orchestrators
 from stepscale.sweeps.job import TrialJob
 from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+
 from stepscale.models.config import TrainerConfig
 
 SCHEMA_NAME = "stepscale_schema"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna.distributions as od
+
 from stepscale.models.config import TrainerConfig
 from stepscale.sweeps.compose import UsageError
 from stepscale.sweeps.schema import NuisanceParam, StudyConfig

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+
 from stepscale.sweeps.compose import UsageError
 from stepscale.sweeps.schema import StorageConfig
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
 from stepscale.sweeps.compose import UsageError, compose_config, to_object
 from stepscale.sweeps.progress import StepProgress
 

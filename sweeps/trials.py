@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+
 from stepscale.models.config import TrainerConfig
 from stepscale.models.reporter import write_json_atomic
 from stepscale.sweeps.schema import StudyConfig

@@ -51,6 +51,17 @@ def tiny_nqm(**overrides: Any) -> TrainerConfig:
     return _apply(cfg, overrides)
 
 
+def shadowing_packages(folder: Path) -> Path:
+    """Give ``folder`` its own ``models/``, ``analysis/`` and ``sweeps/`` packages that fail
+    on import, as a user's project might have; returns ``folder``."""
+    for name in ("models", "analysis", "sweeps"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text(
+            "raise ImportError('the user package shadowed ours')\n"
+        )
+    return folder
+
+
 def _apply(cfg: TrainerConfig, overrides: dict[str, Any]) -> TrainerConfig:
     """Set ``section__field=value`` overrides (``data__global_batch=4``)."""
     for key, value in overrides.items():

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import xarray as xr
 from run_dirs import Spec, make_run_dir
-from stepscale.analysis.load import RunDirError, open_results, parameters, save
 
 from stepscale import analysis
+from stepscale.analysis.load import RunDirError, open_results, parameters, save
 
 # Records and status exactly as `sweep train conf=train_smoke` writes them (models/reporter.py).
 REAL_METRICS = """\

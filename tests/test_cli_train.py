@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import read_jsonl, without_wall
+
 from stepscale.sweeps.cli import main
 
 FAST = ["conf=train_smoke", "train.max_steps=20", "train.devices=1", "train.compile_cache_dir="]

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+
 from stepscale.models.config import DataConfig
 from stepscale.models.data import SOURCES, DataSource, build_source
 from stepscale.models.data.markov import MarkovSource, choose_successors

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import read_jsonl, tiny_gpt, without_wall
+
 from stepscale.models.config import TrainConfig
 from stepscale.models.distributed import join_args, maybe_initialize
 from stepscale.models.errors import ConfigError

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from run_dirs import Spec, make_run_dir
+
 from stepscale.analysis import figures, load
 from stepscale.analysis.figures import style
 from stepscale.analysis.figures.ablation import BestSoFarFigure

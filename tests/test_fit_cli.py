@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from stepscale.analysis.fit_cli import FitInputError, add_fit_commands, main, run_fit
 from stepscale.analysis.table import load_table
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from stepscale.analysis.fits import (
     bcrit_at_targets,
     first_crossing,
@@ -486,6 +487,7 @@ def test_a_trial_that_ended_above_its_initial_loss_counts_as_diverged_for_eta(
     """A finite loss far above where training started (an LR past the stability edge) is
     not fitted: one such trial bent the local quadratic to a negative loss at η*."""
     from run_dirs import START_LOSS, Spec, make_run_dir
+
     from stepscale.analysis import load
     from stepscale.analysis.study import analyze, usable_objective
 

@@ -12,6 +12,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+
 from stepscale.models.config import ModelConfig
 from stepscale.models.data.base import DataInfo
 from stepscale.models.errors import ConfigError

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from run_dirs import Spec, make_run_dir
+
 from stepscale.analysis.fit_cli import add_fit_commands, run_fit
-from stepscale.analysis.provenance import redact
 from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
+from stepscale.redact import redact
 
 FILES = (
     "index.html",

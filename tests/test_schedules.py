@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from stepscale.models.durations import to_steps
 from stepscale.models.errors import ConfigError
 from stepscale.models.schedules import SCHEDULES, lr_at

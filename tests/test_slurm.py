@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import shadowing_packages
 from servers.slurm import sacct_state, squeue_ids
-from stepscale.sweeps.trials import read_json
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
+
+from stepscale.sweeps.trials import read_json
 
 pytestmark = pytest.mark.cluster
 
@@ -329,8 +331,12 @@ def test_scancel_is_a_failure_and_is_retried(
 def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache):
     run_dir = tmp_path / "run"
     started = time.monotonic()
+    # Submitted from a directory holding its own models/, analysis/ and sweeps/ packages.
+    user = shadowing_packages(tmp_path / "user")
     out = sweep(
-        ["run", "conf=smoke", *SLURM, f"run_dir={run_dir}", "--detach"], cache=compile_cache
+        ["run", "conf=smoke", *SLURM, f"run_dir={run_dir}", "--detach"],
+        cwd=user,
+        cache=compile_cache,
     )
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 60  # returns at once, does not wait for the study

@@ -13,7 +13,10 @@ from typing import Any
 
 import optuna
 import pytest
+from helpers import shadowing_packages
 from optuna.trial import TrialState
+
+from stepscale import rundir
 from stepscale.sweeps.cli import main
 from stepscale.sweeps.trials import read_json
 
@@ -80,11 +83,7 @@ def assert_exact_budget(run_dir: Path, name: str, per_point: int, points: int) -
 def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
     tmp_path: Path, compile_cache: str
 ) -> None:
-    for shadow in ("models", "analysis"):
-        (tmp_path / shadow).mkdir()
-        (tmp_path / shadow / "__init__.py").write_text(
-            "raise ImportError('the user package shadowed ours')\n"
-        )
+    shadowing_packages(tmp_path)
     # The user's directory is a git repository of its own.
     git = ["git", "-c", "user.name=u", "-c", "user.email=u@x", "-c", "init.defaultBranch=main"]
     subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
@@ -108,6 +107,10 @@ def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
         assert (folder / "metrics.jsonl").exists() and (folder / "status.json").exists()
         assert not (folder / "checkpoints").exists()  # removed once the trial ended
         assert (folder / "logs").is_dir()
+        # The orchestrator's records use only keys the run directory's contract names.
+        assert set(json.loads((folder / "trial.json").read_text())) <= set(rundir.TRIAL_KEYS)
+        events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+        assert events and all(set(e) <= set(rundir.EVENT_KEYS) for e in events), events
     space = json.loads((run_dir / "space.json").read_text())
     assert space["schema"] == "stepscale.search_space/v1"
     status = sweep(["status", str(run_dir), "--json"])

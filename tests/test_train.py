@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
+
 from stepscale.models import checkpoint
 from stepscale.models.nets.nqm import nqm_curvature, nqm_true_noise_scale
 from stepscale.models.reporter import Action, JsonlReporter, NullReporter

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import xarray as xr
+
 from stepscale.analysis.figures import ablation, curves, lr, steps, style
 from stepscale.analysis.study import StudyAnalysis
 

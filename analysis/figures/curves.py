@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
 from stepscale.analysis.figures import style
 from stepscale.analysis.study import StudyAnalysis
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+
 from stepscale.analysis.figures import style
 from stepscale.analysis.study import StudyAnalysis
 

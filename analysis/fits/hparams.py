@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from stepscale.analysis.fits.steps import _floats, _jsonable, _percentile_ci
 
 __all__ = ["HparamLaw", "HparamLaws", "fit_hparam_laws"]

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike
 from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
+
 from stepscale.analysis.fits.steps import (
     _batch_json,
     _floats,

@@ -22,6 +22,8 @@ from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
 
+from stepscale.rundir import interpolated_crossing
+
 __all__ = [
     "BcritAtTargets",
     "BcritVsTarget",
@@ -566,8 +568,8 @@ def first_crossing(steps: ArrayLike, loss: ArrayLike, target: float) -> tuple[fl
     """First evaluated step with loss strictly below ``target``, and the interpolated one.
 
     The interpolated crossing treats log(loss) as linear in step between the previous
-    evaluation and the first one below target (linear in loss if a loss is not
-    positive); with no previous evaluation it is the crossing step itself. Non-finite
+    evaluation and the first one below target (`stepscale.rundir.interpolated_crossing`,
+    the trainer's formula); with no previous evaluation it is the crossing step itself. Non-finite
     losses are skipped. Returns (nan, nan) when the target is never reached.
     """
     st = _floats(steps, "steps")
@@ -585,12 +587,7 @@ def first_crossing(steps: ArrayLike, loss: ArrayLike, target: float) -> tuple[fl
     s1 = float(st[i])
     if i == 0:
         return (s1, s1)
-    s0, l0, l1 = float(st[i - 1]), float(lo[i - 1]), float(lo[i])
-    if l0 > 0 and l1 > 0 and target > 0:
-        frac = (math.log(target) - math.log(l0)) / (math.log(l1) - math.log(l0))
-    else:
-        frac = (target - l0) / (l1 - l0)
-    return (s1, s0 + frac * (s1 - s0))
+    return (s1, interpolated_crossing(float(st[i - 1]), float(lo[i - 1]), s1, float(lo[i]), target))
 
 
 @dataclass(frozen=True)

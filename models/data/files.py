@@ -12,6 +12,7 @@ import os
 
 import jax
 import numpy as np
+
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
 from stepscale.models.errors import ConfigError

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from scipy import sparse
+
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
 

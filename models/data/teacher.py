@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
 

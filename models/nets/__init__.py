@@ -14,6 +14,7 @@ allocated), so sweeps can size runs before building anything.
 from __future__ import annotations
 
 from flax import nnx
+
 from stepscale.models.config import ModelConfig
 from stepscale.models.data.base import DataInfo
 from stepscale.models.nets.gpt import GPT, gpt_flops_per_token, gpt_param_counts

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
 from stepscale.models.errors import ConfigError
 from stepscale.models.nets.presets import ResolvedModel
 

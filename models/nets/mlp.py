@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+
 from stepscale.models.nets.presets import ResolvedModel
 
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
 from stepscale.models.nets.presets import ResolvedModel
 
 

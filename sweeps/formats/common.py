@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import yaml
+
 from stepscale.sweeps.space import TRAINER_PATHS
 
 

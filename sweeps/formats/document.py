@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
+
 from stepscale.sweeps.formats.common import FormatError
 from stepscale.sweeps.space_doc import SCHEMA_TAG
 

@@ -18,6 +18,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
 from hydra.errors import HydraException
+
 from stepscale.sweeps.formats.common import (
     FormatError,
     alias_for,

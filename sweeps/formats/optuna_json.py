@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 import optuna.distributions as od
+
 from stepscale.sweeps.formats.common import (
     FormatError,
     alias_for,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+
 from stepscale.models.config import DataConfig, TrainConfig
 from stepscale.sweeps.formats.common import unique_alias
 from stepscale.sweeps.space import TRAINER_PATHS

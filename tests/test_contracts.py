@@ -1,0 +1,198 @@
+"""The seams of the codebase hold: who may import whom (parsed from the source), and the run
+directory's contract (`stepscale.rundir`) is the one writers and readers share."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from helpers import read_jsonl, tiny_gpt, tiny_nqm
+
+from stepscale import rundir
+from stepscale.analysis.fits.steps import first_crossing
+from stepscale.models.reporter import JsonlReporter
+from stepscale.models.train import train
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = {"sweeps": "stepscale.sweeps", "models": "stepscale.models"}
+FOLDERS |= {"analysis": "stepscale.analysis", "stepscale": "stepscale"}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = [FOLDERS[rel.parts[0]], *rel.parts[1:]]
+    parts[-1] = parts[-1].removesuffix(".py")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, at the top or inside functions (relative ones resolved)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [p for top in FOLDERS for p in (ROOT / top).rglob("*.py")]
+    modules = {_module_name(p): p for p in files}
+    return {m: {i for i in _imports(p, m) if i in modules} for m, p in modules.items()}
+
+
+GRAPH = _graph()
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_import_graph_sees_the_codebase() -> None:
+    # A parser that found nothing would make every rule below pass.
+    assert len(GRAPH) > 80
+    assert "stepscale.models.plan" in GRAPH["stepscale.models.train"]
+    assert "stepscale.analysis.load" in GRAPH["stepscale.analysis.report"]
+
+
+def test_models_imports_neither_sweeps_nor_analysis() -> None:
+    bad = [
+        (m, i)
+        for m, deps in GRAPH.items()
+        if _within(m, "stepscale.models")
+        for i in deps
+        if _within(i, "stepscale.sweeps") or _within(i, "stepscale.analysis")
+    ]
+    assert not bad
+
+
+def test_analysis_never_imports_models() -> None:
+    bad = [
+        (m, i)
+        for m, deps in GRAPH.items()
+        if _within(m, "stepscale.analysis")
+        for i in deps
+        if _within(i, "stepscale.models")
+    ]
+    assert not bad
+
+
+def test_the_shared_contracts_import_no_subpackage() -> None:
+    for module in ("stepscale.rundir", "stepscale.files", "stepscale.redact", "stepscale.versions"):
+        assert not {i for i in GRAPH[module] if i.count(".") >= 1 and i != module}, module
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (as a path), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_sweeps_modules() -> None:
+    sweeps = {m: {i for i in d if _within(i, "stepscale.sweeps")} for m, d in GRAPH.items()}
+    sweeps = {m: d for m, d in sweeps.items() if _within(m, "stepscale.sweeps")}
+    # A package's __init__ importing its own modules is not a cycle of jobs.
+    sweeps = {m: {i for i in d if not m.startswith(i + ".")} for m, d in sweeps.items()}
+    assert _cycle(sweeps) is None, " → ".join(_cycle(sweeps) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_installed_names_live_under_stepscale_only(tmp_path: Path) -> None:
+    # From a directory without the repository on sys.path: ours import, generic names do not.
+    code = (
+        "import importlib.util, stepscale.models, stepscale.sweeps, stepscale.analysis\n"
+        "import stepscale.conf\n"
+        "print([n for n in ('models', 'sweeps', 'analysis', 'conf')"
+        " if importlib.util.find_spec(n) is not None])\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+# ------------------------------------------------------------------ the run directory
+
+
+def _keys_of_a_run(tmp_path: Path) -> tuple[set[str], set[str]]:
+    status_keys: set[str] = set()
+    metric_keys: set[str] = set()
+    for name, cfg in (("gpt", tiny_gpt()), ("nqm", tiny_nqm(train__max_steps=20))):
+        run = tmp_path / name
+        train(cfg, JsonlReporter(run), run_dir=run)
+        status_keys |= set(json.loads((run / rundir.STATUS_JSON).read_text()))
+        for record in read_jsonl(run / rundir.METRICS_JSONL):
+            metric_keys |= set(record)
+    return status_keys, metric_keys
+
+
+def test_the_trainer_writes_only_keys_the_contract_knows(tmp_path: Path) -> None:
+    status_keys, metric_keys = _keys_of_a_run(tmp_path)
+    assert set(rundir.STATUS_REQUIRED) <= status_keys
+    assert status_keys <= set(rundir.STATUS_KEYS), status_keys - set(rundir.STATUS_KEYS)
+    assert metric_keys <= {"step", *rundir.METRIC_KEYS}, metric_keys - set(rundir.METRIC_KEYS)
+    # The reader's coordinates are keys the writer emits.
+    assert set(rundir.STATUS_COORDS) <= status_keys
+
+
+def test_trainer_and_analysis_cross_a_target_at_the_same_step(tmp_path: Path) -> None:
+    cfg = tiny_nqm(train__max_steps=60, train__eval_every=5)
+    probe = train(cfg, JsonlReporter(tmp_path / "probe"), run_dir=tmp_path / "probe")
+    evals = [r for r in read_jsonl(tmp_path / "probe" / rundir.METRICS_JSONL) if "eval_loss" in r]
+    losses = np.array([r["eval_loss"] for r in evals])
+    # A target half-way (in log) between two evaluations, crossed mid-run.
+    k = len(losses) // 2
+    target = math.sqrt(losses[k - 1] * losses[k]) if losses[k] < losses[k - 1] else None
+    assert target is not None and probe["state"] == "complete"
+    cfg = tiny_nqm(
+        train__max_steps=60, train__eval_every=5, train__target_loss=target,
+        train__stop_at_target=False,
+    )  # fmt: skip
+    status = train(cfg, JsonlReporter(tmp_path / "run"), run_dir=tmp_path / "run")
+    steps = [r["step"] for r in evals]
+    first, interp = first_crossing(steps, losses, target)
+    assert status["steps_to_target"] == first
+    assert status["steps_to_target_interp"] == interp
+    assert steps[k - 1] < interp < steps[k]
+
+
+def test_the_crossing_is_log_linear_and_clamped() -> None:
+    assert rundir.interpolated_crossing(0, 4.0, 10, 1.0, 2.0) == 5.0
+    assert rundir.interpolated_crossing(0, -1.0, 10, -3.0, -2.0) == 5.0  # linear when ≤ 0
+    assert rundir.interpolated_crossing(0, 4.0, 10, 1.0, 8.0) == 0.0  # clamped
+    assert rundir.interpolated_crossing(0, 2.0, 10, 2.0, 2.0) == 10.0
