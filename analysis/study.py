@@ -1,4 +1,4 @@
-"""Every fit of a study from its loaded Dataset (DESIGN.md §4), as one typed record.
+"""Every fit of a study from its loaded Dataset (docs/science.md), as one typed record.
 
 Per group of trials (the values of the scientific axes other than the batch size):
 steps to result per batch size at the primary target (censored trials censored, batch
