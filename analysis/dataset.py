@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from stepscale.analysis.fits.steps import CurveSteps, steps_at_target
+from stepscale.analysis.fits.targets import CurveSteps, steps_at_target
 from stepscale.analysis.load import FINAL_STATES, parameters
 
 __all__ = [

@@ -43,19 +43,16 @@ from stepscale.analysis.dataset import (
     trial_groups,
     trial_steps,
 )
+from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.fits.lr import LRLaw, OptimalLR, fit_lr_law, optimal_lr
-from stepscale.analysis.fits.steps import (
-    BcritAtTargets,
+from stepscale.analysis.fits.spread import (
     NoiseScaleSummary,
     SeedSpread,
-    StepsFit,
-    StepsToResult,
-    _jsonable,
-    bcrit_at_targets,
     noise_scale_summary,
     spread_over_seeds,
-    steps_to_result,
 )
+from stepscale.analysis.fits.steps import StepsFit, StepsToResult, steps_to_result
+from stepscale.analysis.fits.targets import BcritAtTargets, bcrit_at_targets
 from stepscale.analysis.load import FINAL_STATES
 
 __all__ = ["FitSettings", "GroupFits", "StudyAnalysis", "analyze", "usable_objective"]
@@ -166,21 +163,21 @@ class StudyAnalysis:
             "partial": self.partial,
             "objective": {"kind": self.objective_kind},
             "axes": self.axes.to_dict(),
-            "target": _jsonable(t),
-            "targets": _jsonable(self.targets),
+            "target": jsonable(t),
+            "targets": jsonable(self.targets),
             "automatic_targets": self.auto_targets,
-            "automatic_targets_kept": _jsonable([t for t in self.automatic if t in self.targets]),
+            "automatic_targets_kept": jsonable([t for t in self.automatic if t in self.targets]),
             "dropped_targets": [
-                {"target": _jsonable(t), "reason": r} for t, r in sorted(self.dropped.items())
+                {"target": jsonable(t), "reason": r} for t, r in sorted(self.dropped.items())
             ],
             "stop_at_target": (
-                {"losses": _jsonable(self.cut_at), "n_trials": self.n_cut} if self.n_cut else None
+                {"losses": jsonable(self.cut_at), "n_trials": self.n_cut} if self.n_cut else None
             ),
             "settings": self.settings.to_dict(),
             "points": [p.to_dict() for p in self.points],
-            "steps": {"target": _jsonable(t), "groups": steps_groups},
+            "steps": {"target": jsonable(t), "groups": steps_groups},
             "steps_to_result": {
-                "target": _jsonable(t),
+                "target": jsonable(t),
                 "groups": [
                     {"group": g.group, **g.result.to_dict()}
                     for g in self.groups
@@ -237,11 +234,11 @@ def _targets_dict(g: GroupFits, automatic: Sequence[float]) -> dict[str, Any]:
     assert at is not None
     rows = [
         {
-            "target": _jsonable(t),
-            "b_crit": _jsonable(f.b_crit),
-            "b_crit_ci": _jsonable(f.b_crit_ci),
-            "s_min": _jsonable(f.s_min),
-            "e_min": _jsonable(f.e_min),
+            "target": jsonable(t),
+            "b_crit": jsonable(f.b_crit),
+            "b_crit_ci": jsonable(f.b_crit_ci),
+            "s_min": jsonable(f.s_min),
+            "e_min": jsonable(f.e_min),
             "n_points": f.n_points,
             "not_reached": f.to_dict()["not_reached"],
             "automatic": t in automatic,
@@ -254,10 +251,10 @@ def _targets_dict(g: GroupFits, automatic: Sequence[float]) -> dict[str, Any]:
         "group": g.group,
         "targets": rows,
         "skipped": [
-            {"target": _jsonable(t), "reason": r, "automatic": t in automatic}
+            {"target": jsonable(t), "reason": r, "automatic": t in automatic}
             for t, r in at.skipped.items()
         ],
-        "well_posed_targets": _jsonable(at.well_posed),
+        "well_posed_targets": jsonable(at.well_posed),
         "law": None if at.law is None else at.law.to_dict(),
         "law_note": at.law_note,
     }

@@ -14,7 +14,7 @@ import numpy as np
 from helpers import read_jsonl, tiny_gpt, tiny_nqm
 
 from stepscale import rundir
-from stepscale.analysis.fits.steps import first_crossing
+from stepscale.analysis.fits.targets import first_crossing
 from stepscale.models.reporter import JsonlReporter
 from stepscale.models.train import train
 

@@ -12,28 +12,27 @@ from stepscale.analysis.fits.lr import (
     fit_lr_law,
     optimal_lr,
 )
-from stepscale.analysis.fits.steps import (
-    BcritAtTargets,
-    BcritVsTarget,
-    CurveSteps,
+from stepscale.analysis.fits.spread import (
     NoiseScaleSummary,
     SeedSpread,
-    StepsFit,
-    StepsToResult,
+    noise_scale_summary,
+    spread_over_seeds,
+)
+from stepscale.analysis.fits.steps import StepsFit, StepsToResult, fit_steps, steps_to_result
+from stepscale.analysis.fits.targets import (
+    BcritAtTargets,
+    BcritTargetLaw,
+    CurveSteps,
     bcrit_at_targets,
     first_crossing,
     fit_bcrit_vs_target,
-    fit_steps,
-    noise_scale_summary,
-    spread_over_seeds,
     steps_at_target,
-    steps_to_result,
     target_problems,
 )
 
 __all__ = [
     "BcritAtTargets",
-    "BcritVsTarget",
+    "BcritTargetLaw",
     "CurveSteps",
     "HparamLaw",
     "HparamLaws",

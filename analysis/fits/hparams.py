@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from stepscale.analysis.fits.steps import _floats, _jsonable, _percentile_ci
+from stepscale.analysis.fits.arrays import floats, jsonable, percentile_ci
 
 __all__ = ["HparamLaw", "HparamLaws", "fit_hparam_laws"]
 
@@ -43,12 +43,12 @@ class HparamLaw:
         """The law at given regressor values (keyword per regressor)."""
         out = np.asarray(self.coefficient, dtype=float)
         for name in self.regressors:
-            out = out * np.power(_floats(values[name], name), self.exponents[name])
+            out = out * np.power(floats(values[name], name), self.exponents[name])
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _jsonable(
+        return jsonable(
             {
                 "coefficient": self.coefficient,
                 "exponents": dict(self.exponents),
@@ -77,7 +77,7 @@ class HparamLaws:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the keys of ``sweep fit hparams`` plus extras)."""
         return {
-            "band": _jsonable(self.band),
+            "band": jsonable(self.band),
             "n_cells": self.n_cells,
             "n_runs": self.n_runs,
             "n_kept": self.n_kept,
@@ -97,13 +97,13 @@ def _columns(rows: Rows, names: Sequence[str]) -> dict[str, np.ndarray]:
             raise ValueError(
                 f"column {missing[0]!r} not found; available columns: {sorted(map(str, cols))}"
             )
-        out = {n: _floats(cols[n], n) for n in names}
+        out = {n: floats(cols[n], n) for n in names}
     else:
         seq = list(rows)
         out = {}
         for n in names:
             try:
-                out[n] = _floats([row[n] for row in seq], n)
+                out[n] = floats([row[n] for row in seq], n)
             except KeyError:
                 avail = sorted(seq[0]) if seq else []
                 raise ValueError(f"column {n!r} not found; available columns: {avail}") from None
@@ -174,8 +174,8 @@ def _fit_law(
         if ok.any():
             boot.append(np.linalg.solve(xtx[ok], xty[ok][..., None])[..., 0])
     samples = np.concatenate(boot) if boot else np.empty((0, p))
-    ci = {r: _percentile_ci(samples[:, i + 1], confidence) for i, r in enumerate(regs)}
-    c_lo, c_hi = _percentile_ci(samples[:, 0], confidence)
+    ci = {r: percentile_ci(samples[:, i + 1], confidence) for i, r in enumerate(regs)}
+    c_lo, c_hi = percentile_ci(samples[:, 0], confidence)
     return HparamLaw(
         hparam=hparam,
         regressors=tuple(regs),

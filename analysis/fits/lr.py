@@ -20,13 +20,7 @@ from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from stepscale.analysis.fits.steps import (
-    _batch_json,
-    _floats,
-    _jsonable,
-    _positive_batches,
-    _softplus,
-)
+from stepscale.analysis.fits.arrays import batch_json, floats, jsonable, positive_batches, softplus
 
 __all__ = [
     "LRLaw",
@@ -68,11 +62,11 @@ class OptimalLR:
         return {
             "batch_sizes": [
                 {
-                    "batch": _batch_json(b),
-                    "lr_opt": _jsonable(lr),
-                    "objective_opt": _jsonable(obj),
-                    "best_lr": _jsonable(blr),
-                    "best_objective": _jsonable(bobj),
+                    "batch": batch_json(b),
+                    "lr_opt": jsonable(lr),
+                    "objective_opt": jsonable(obj),
+                    "best_lr": jsonable(blr),
+                    "best_objective": jsonable(bobj),
                     "at_edge": edge,
                     "method": m,
                     "n_trials": n,
@@ -139,14 +133,14 @@ def optimal_lr(
     (diverged) are not fitted but count towards the tried range. ``bounds`` are the
     search bounds (one pair, or per batch size) used for the ``at_edge`` flag.
     """
-    lr_a = _floats(lr, "lr")
-    obj = _floats(objective, "objective")
-    b = _floats(batch, "batch")
+    lr_a = floats(lr, "lr")
+    obj = floats(objective, "objective")
+    b = floats(batch, "batch")
     if not lr_a.shape == obj.shape == b.shape:
         raise ValueError(
             f"lr, objective and batch differ in length: {lr_a.size}, {obj.size}, {b.size}"
         )
-    _positive_batches(b)
+    positive_batches(b)
     if not (np.isfinite(lr_a) & (lr_a > 0)).all():
         raise ValueError("learning rates must be finite and positive")
     if n_near is not None and n_near < 3:
@@ -158,7 +152,7 @@ def optimal_lr(
         x_all = np.log(lr_a[rows])
         fin = np.isfinite(obj[rows])
         if not fin.any():
-            raise ValueError(f"batch size {_batch_json(size)}: no trial has a finite objective")
+            raise ValueError(f"batch size {batch_json(size)}: no trial has a finite objective")
         x, f = x_all[fin], obj[rows][fin]
         i_best = int(np.argmin(f))
         quad = _local_quadratic(x, f, n_near)
@@ -205,7 +199,7 @@ class RuleComparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _jsonable(
+        return jsonable(
             {
                 "name": self.name,
                 "alpha": self.alpha,
@@ -228,11 +222,11 @@ class SaturatingFit:
 
     def predict(self, batch: ArrayLike) -> np.ndarray:
         """ε_opt at the given batch sizes."""
-        return self.eps_max / (1.0 + self.b_noise / _floats(batch, "batch"))
+        return self.eps_max / (1.0 + self.b_noise / floats(batch, "batch"))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return _jsonable(
+        return jsonable(
             {
                 "eps_max": self.eps_max,
                 "b_noise": self.b_noise,
@@ -266,19 +260,19 @@ class LRLaw:
 
     def predict(self, batch: ArrayLike) -> np.ndarray:
         """c·B^α at the given batch sizes."""
-        return self.c * np.power(_floats(batch, "batch"), self.alpha)
+        return self.c * np.power(floats(batch, "batch"), self.alpha)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
-            "c": _jsonable(self.c),
-            "alpha": _jsonable(self.alpha),
-            "alpha_ci": _jsonable(self.alpha_ci),
-            "alpha_stderr": _jsonable(self.alpha_stderr),
-            "b_max": _batch_json(self.b_max),
-            "batch_sizes": [_batch_json(b) for b in self.batch_sizes],
-            "lr_opt": _jsonable(self.lr_opt),
-            "residuals": _jsonable(self.residuals),
+            "c": jsonable(self.c),
+            "alpha": jsonable(self.alpha),
+            "alpha_ci": jsonable(self.alpha_ci),
+            "alpha_stderr": jsonable(self.alpha_stderr),
+            "b_max": batch_json(self.b_max),
+            "batch_sizes": [batch_json(b) for b in self.batch_sizes],
+            "lr_opt": jsonable(self.lr_opt),
+            "residuals": jsonable(self.residuals),
             "n_points": self.n_points,
             "rules": {r.name: r.to_dict() for r in self.rules},
             "closest_rule": self.closest_rule,
@@ -292,16 +286,16 @@ def _fit_saturating(x: np.ndarray, y: np.ndarray) -> SaturatingFit:
     lo, hi = float(x.min() - margin), float(x.max() + margin)
 
     def fun(p: np.ndarray) -> np.ndarray:
-        return y - p[0] + _softplus(p[1] - x)
+        return y - p[0] + softplus(p[1] - x)
 
     def jac(p: np.ndarray) -> np.ndarray:
         return np.column_stack([-np.ones_like(x), expit(p[1] - x)])
 
     grid = np.linspace(lo, hi, 241)
-    z = y[None, :] + _softplus(grid[:, None] - x[None, :])
+    z = y[None, :] + softplus(grid[:, None] - x[None, :])
     sse = ((z - z.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
     b0 = float(np.clip(grid[np.argmin(sse)], lo + 1e-9, hi - 1e-9))
-    a0 = float(np.mean(y + _softplus(b0 - x)))
+    a0 = float(np.mean(y + softplus(b0 - x)))
     sol = least_squares(
         fun,
         np.array([a0, b0]),
@@ -336,11 +330,11 @@ def fit_lr_law(
     saturating form ε_opt(B) = ε_max / (1 + B_noise/B) is fitted on all batch sizes (None with fewer than
     3). Needs at least 2 distinct batch sizes ≤ ``b_max``.
     """
-    b = _floats(batch, "batch")
-    lr_a = _floats(lr_opt, "lr_opt")
+    b = floats(batch, "batch")
+    lr_a = floats(lr_opt, "lr_opt")
     if b.shape != lr_a.shape:
         raise ValueError(f"batch and lr_opt differ in length: {b.size} vs {lr_a.size}")
-    _positive_batches(b)
+    positive_batches(b)
     ok = np.isfinite(lr_a) & (lr_a > 0)
     b, lr_a = b[ok], lr_a[ok]
     sel = np.ones(b.size, bool) if b_max is None else b <= b_max

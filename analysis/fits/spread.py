@@ -1,0 +1,140 @@
+"""How much steps to target vary over seeds (confirm runs), and the gradient noise scale
+measured along training (McCandlish et al. 2018's B_simple) summarised per batch size."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from stepscale.analysis.fits.arrays import (
+    batch_json,
+    floats,
+    jsonable,
+    positive_batches,
+)
+
+# ------------------------------------------------------------------------ small helpers
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """Steps to target across confirm seeds, per batch size (statistics over reached runs)."""
+
+    batch_sizes: tuple[float, ...]
+    n: tuple[int, ...]
+    n_reached: tuple[int, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    min: tuple[float, ...]
+    max: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: one entry per batch size."""
+        return {
+            "batch_sizes": [
+                {
+                    "batch": batch_json(b),
+                    "n": n,
+                    "n_reached": nr,
+                    "mean": jsonable(mu),
+                    "std": jsonable(sd),
+                    "min": jsonable(lo),
+                    "max": jsonable(hi),
+                }
+                for b, n, nr, mu, sd, lo, hi in zip(
+                    self.batch_sizes,
+                    self.n,
+                    self.n_reached,
+                    self.mean,
+                    self.std,
+                    self.min,
+                    self.max,
+                    strict=True,
+                )
+            ]
+        }
+
+
+def spread_over_seeds(batch: ArrayLike, steps: ArrayLike) -> SeedSpread:
+    """Mean, std (ddof=1), min and max of steps to target over seeds, per batch size.
+
+    One entry per run; NaN/inf steps = not reached (counted in ``n`` but not in the
+    statistics, which are NaN when no run reached the target).
+    """
+    b = floats(batch, "batch")
+    s = floats(steps, "steps")
+    if b.shape != s.shape:
+        raise ValueError(f"batch and steps differ in length: {b.size} vs {s.size}")
+    positive_batches(b)
+    sizes = np.unique(b)
+    cols: dict[str, list[Any]] = {k: [] for k in ("n", "nr", "mean", "std", "min", "max")}
+    for size in sizes:
+        rows = s[b == size]
+        ok = rows[np.isfinite(rows)]
+        cols["n"].append(int(rows.size))
+        cols["nr"].append(int(ok.size))
+        cols["mean"].append(float(ok.mean()) if ok.size else math.nan)
+        cols["std"].append(float(ok.std(ddof=1)) if ok.size >= 2 else math.nan)
+        cols["min"].append(float(ok.min()) if ok.size else math.nan)
+        cols["max"].append(float(ok.max()) if ok.size else math.nan)
+    return SeedSpread(
+        batch_sizes=tuple(float(v) for v in sizes),
+        n=tuple(cols["n"]),
+        n_reached=tuple(cols["nr"]),
+        mean=tuple(cols["mean"]),
+        std=tuple(cols["std"]),
+        min=tuple(cols["min"]),
+        max=tuple(cols["max"]),
+    )
+
+
+@dataclass(frozen=True)
+class NoiseScaleSummary:
+    """Summary of the gradient noise scale B_simple over the late part of training."""
+
+    median: float
+    q25: float
+    q75: float
+    n: int
+    from_step: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return jsonable(
+            {
+                "median": self.median,
+                "q25": self.q25,
+                "q75": self.q75,
+                "n": self.n,
+                "from_step": self.from_step,
+            }
+        )
+
+
+def noise_scale_summary(
+    steps: ArrayLike, b_simple: ArrayLike, *, from_fraction: float = 0.5
+) -> NoiseScaleSummary:
+    """Median (and quartiles) of B_simple over steps ≥ first + from_fraction·(last − first).
+
+    The default summarises the second half of training, where the noise scale has
+    settled. Non-finite values are skipped; with none left the statistics are NaN.
+    """
+    st = floats(steps, "steps")
+    bs = floats(b_simple, "b_simple")
+    if st.shape != bs.shape:
+        raise ValueError(f"steps and b_simple differ in length: {st.size} vs {bs.size}")
+    if not 0 <= from_fraction <= 1:
+        raise ValueError(f"from_fraction must be in [0, 1], got {from_fraction}")
+    fin = np.isfinite(st)
+    if not fin.any():
+        return NoiseScaleSummary(math.nan, math.nan, math.nan, 0, math.nan)
+    start = float(st[fin].min() + from_fraction * (st[fin].max() - st[fin].min()))
+    vals = bs[fin & (st >= start) & np.isfinite(bs)]
+    if vals.size == 0:
+        return NoiseScaleSummary(math.nan, math.nan, math.nan, 0, start)
+    q25, med, q75 = np.quantile(vals, [0.25, 0.5, 0.75])
+    return NoiseScaleSummary(float(med), float(q25), float(q75), int(vals.size), start)
