@@ -127,12 +127,19 @@ def test_nqm_study_run_end_to_end_says_examples(
     check_report(run, "examples", "sequences", ("steps_vs_batch", "lr_heatmap", "lr_vs_batch"))
 
 
-def test_stated_unit_wins_and_a_gpt_study_says_sequences(tmp_path: Path) -> None:
-    """A markov (GPT) study whose space.json states sequences is labelled in sequences;
-    a study stating examples is labelled in examples even though its data are sequences
-    (the unit is read from space.json, not guessed)."""
-    gpt = make_run_dir(tmp_path / "gpt", Spec(data="markov", unit="sequences", **SMALL))
-    check_report(gpt, "sequences", "(examples)")
+@pytest.mark.parametrize(
+    ("data", "unit", "other"),
+    [("nqm", "examples", "sequences"), ("markov", "sequences", "(examples)")],
+)
+def test_every_figure_names_the_unit(tmp_path: Path, data: str, unit: str, other: str) -> None:
+    """Synthetic studies with every figure (B_crit vs target, B_simple …): an NQM one is
+    labelled in examples throughout, a markov (GPT) one in sequences."""
+    check_report(make_run_dir(tmp_path / data, Spec(data=data, unit=unit, **SMALL)), unit, other)
+
+
+def test_the_stated_unit_wins(tmp_path: Path) -> None:
+    """A study stating examples is in examples though its data are sequences: the unit is
+    read from space.json, not guessed."""
     stated = load(make_run_dir(tmp_path / "stated", Spec(unit="examples", **SMALL)))
     assert stated.attrs["batch_unit"] == stated["examples"].attrs["units"] == "examples"
     assert analyze(stated).batch_unit == "examples"
