@@ -161,7 +161,9 @@ def test_builtin_studies_are_discovered() -> None:
 def test_schema_file_is_a_valid_json_schema_shipped_with_the_package() -> None:
     from importlib import resources
 
-    shipped = json.loads(resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text())
+    shipped = json.loads(
+        resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text()
+    )
     jsonschema.Draft202012Validator.check_schema(shipped)
     assert shipped == json.loads((ROOT / "sweeps" / "search_space.schema.json").read_text())
     assert shipped["properties"]["schema"]["const"] == SCHEMA_TAG
