@@ -197,3 +197,21 @@ def test_fit_steps_batch_unit_option(tmp_path: Path) -> None:
     assert run_fit(p.parse_args(argv))["batch_unit"] == "examples"  # the neutral default
     out = run_fit(p.parse_args([*argv, "--batch-unit", "tokens", "--n-boot", "10"]))
     assert out["batch_unit"] == "tokens" and out["groups"][0]["b_crit"] == pytest.approx(128)
+
+
+def test_the_default_knows_every_built_in_source() -> None:
+    """rundir's lists of sequence and example sources are the built-in trainer's sources,
+    split by whether their examples are sequences (DataInfo.kind "lm")."""
+    from stepscale.models.config import DataConfig
+    from stepscale.models.data import SOURCES, build_source
+
+    from stepscale.rundir import EXAMPLE_SOURCES, SEQUENCE_SOURCES, default_batch_unit
+
+    assert sorted((*SEQUENCE_SOURCES, *EXAMPLE_SOURCES)) == sorted(SOURCES)
+    for name in ("markov", "nqm", "teacher"):  # the file sources need a file
+        info = build_source(DataConfig(name=name)).info
+        assert (info.kind == "lm") == (name in SEQUENCE_SOURCES), name
+        expected = "sequences" if info.kind == "lm" else "examples"
+        assert default_batch_unit({"name": name, "seq_len": 64}) == expected
+    assert default_batch_unit({"name": "my_source", "seq_len": 128}) == "sequences"
+    assert default_batch_unit({"name": "my_source"}) == default_batch_unit(None) == "examples"
