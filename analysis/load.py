@@ -401,9 +401,10 @@ def _data_section(path: Path) -> Mapping[str, Any] | None:
     try:
         from omegaconf import OmegaConf
 
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=False).get("data")  # type: ignore[union-attr]
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
     except Exception:  # an unreadable config says nothing about the unit
         return None
+    data = cfg.get("data") if isinstance(cfg, Mapping) else None
     return data if isinstance(data, Mapping) else None
 
 
