@@ -5,7 +5,8 @@ scientific parameter whose path is ``data.global_batch``, the LR the nuisance pa
 whose path is ``optimizer.lr``, the sequence length the scientific ``data.seq_len``.
 Scientific axes other than the batch size split trials into *groups* (one S(B) fit each);
 a categorical one is an ablation *variant*. The *x* axis of a study is its batch size,
-else its first numeric scientific axis.
+else its first numeric scientific axis. Batch sizes and examples are counted in the
+study's batch unit (:func:`batch_unit`), which every label of the report names.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import xarray as xr
 
 from stepscale.analysis.fits.targets import CurveSteps, steps_at_target
 from stepscale.analysis.load import FINAL_STATES, parameters
+from stepscale.rundir import BATCH_PATH, EXAMPLES, SEQUENCES
 
 __all__ = [
     "BATCH_PATH",
@@ -30,6 +32,7 @@ __all__ = [
     "PointRow",
     "StudyAxes",
     "TrialSteps",
+    "batch_unit",
     "best_trials",
     "choose_targets",
     "curves",
@@ -41,7 +44,6 @@ __all__ = [
     "trial_steps",
 ]
 
-BATCH_PATH = "data.global_batch"
 LR_PATH = "optimizer.lr"
 SEQ_LEN_PATH = "data.seq_len"
 
@@ -104,6 +106,30 @@ def study_axes(ds: xr.Dataset) -> StudyAxes:
     groups = tuple(a for a in sci if a is not batch)
     variant = next((a for a in groups if a.categorical), None) if batch is not None else None
     return StudyAxes(sci, batch, lr, seq, x, groups, variant)
+
+
+def batch_unit(ds: xr.Dataset) -> str:
+    """What the study's batch sizes count (``sequences``, ``examples`` …).
+
+    The ``batch_unit`` attribute :func:`analysis.load.load` sets; for a Dataset without it
+    (a results.nc written before), the ``units`` of its ``examples_per_step``
+    coordinate, else ``sequences`` when a step holds more tokens than examples and
+    ``examples`` otherwise.
+    """
+    unit = ds.attrs.get("batch_unit")
+    if isinstance(unit, str) and unit.strip():
+        return unit.strip()
+    if "examples_per_step" in ds.coords:
+        unit = ds["examples_per_step"].attrs.get("units")
+        if isinstance(unit, str) and unit.strip():
+            return unit.strip()
+    if "tokens_per_step" in ds.coords and "examples_per_step" in ds.coords:
+        tokens = np.asarray(ds["tokens_per_step"].values, dtype=float)
+        examples = np.asarray(ds["examples_per_step"].values, dtype=float)
+        ok = np.isfinite(tokens) & np.isfinite(examples) & (examples > 0)
+        if ok.any() and (tokens[ok] > examples[ok]).any():
+            return SEQUENCES
+    return EXAMPLES
 
 
 def _value_text(v: Any) -> str:

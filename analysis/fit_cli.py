@@ -33,6 +33,10 @@ __all__ = [
 ]
 
 
+# `fit steps --batch-unit` when not given: the neutral word, right for any table.
+DEFAULT_BATCH_UNIT = "examples"
+
+
 class FitInputError(ValueError):
     """Bad input to `sweep fit` (file, column, value, too few points, option syntax)."""
 
@@ -67,6 +71,18 @@ def add_fit_commands(subparsers: Any) -> argparse.ArgumentParser:
     steps.add_argument("--steps-col", required=True, metavar="C", help="steps to target column")
     steps.add_argument("--group-col", metavar="C", help="fit each value of this column apart")
     steps.add_argument("--horizon-col", metavar="C", help="steps each trial ran to")
+    steps.add_argument(
+        "--batch-unit",
+        default=DEFAULT_BATCH_UNIT,
+        metavar="U",
+        help=(
+            "what the batch column counts (sequences, examples, tokens …), written as "
+            "batch_unit in the output: B_crit, E_min and the batch sizes are in it. An "
+            "external table does not say, so the default is the neutral "
+            f"{DEFAULT_BATCH_UNIT!r} (every element of a batch is an example; a sequence "
+            "model's are sequences)"
+        ),
+    )
     steps.add_argument(
         "--overhead",
         type=float,
@@ -145,13 +161,18 @@ def _check_boot(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def fit_steps_command(args: argparse.Namespace) -> dict[str, Any]:
-    """`sweep fit steps`: one S(B) fit per group (or one group "all"), sorted by name."""
+    """`sweep fit steps`: one S(B) fit per group (or one group "all"), sorted by name, and
+    the unit of the batch column (``--batch-unit``) as ``batch_unit``."""
     if not (math.isfinite(args.overhead) and args.overhead > 0):
         raise FitInputError(f"--overhead must be a positive number, got {args.overhead}")
     ref = args.reference_batch
     if ref is not None and not (math.isfinite(ref) and ref > 0):
         raise FitInputError(f"--reference-batch must be a positive number, got {ref}")
     n_boot, seed = _check_boot(args)
+    unit = getattr(args, "batch_unit", None)
+    unit = DEFAULT_BATCH_UNIT if unit is None else str(unit).strip()
+    if not unit:
+        raise FitInputError("--batch-unit must not be empty")
     numeric = [args.batch_col, args.steps_col]
     if args.horizon_col:
         numeric.append(args.horizon_col)
@@ -196,7 +217,7 @@ def fit_steps_command(args: argparse.Namespace) -> dict[str, Any]:
                 f"--steps-col {args.steps_col!r} of {args.csv})"
             ) from None
         out.append({"group": g, **fit.to_dict()})
-    return {"groups": out}
+    return {"batch_unit": unit, "groups": out}
 
 
 def _group_label(value: Any) -> str:

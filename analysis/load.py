@@ -20,7 +20,12 @@ The run directory is the contract of docs/run-dir.md. The dataset holds:
   logged value where one was logged);
 - attributes: ``study``, ``objective_kind``, ``target_loss`` (absent without a
   target), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
-  run.json has no end time), trial counts.
+  run.json has no end time), trial counts, and ``batch_unit``: what a batch size counts
+  (``sequences``, ``examples`` …; :func:`batch_unit_of`).
+
+Coordinates with a unit carry it as their ``units`` attribute: ``examples``,
+``examples_per_step`` and the batch-size parameter in ``batch_unit``, other parameters in
+the ``unit`` space.json gives them.
 
 Strings are numpy unicode arrays and flags are bool, so the dataset written by
 :func:`save` reads back identical (:func:`open_results`).
@@ -48,6 +53,7 @@ import numpy as np
 
 from stepscale import files, rundir
 from stepscale.files import atomic_path
+from stepscale.rundir import BATCH_PATH, default_batch_unit
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -78,13 +84,13 @@ UNITS = {
     "steps_to_target": "steps",
     "steps_to_target_interp": "steps",
     "tokens": "tokens",
-    "examples": "sequences",
     "tokens_per_step": "tokens",
-    "examples_per_step": "sequences",
     "flops_per_step": "FLOPs",
     "wall_s": "s",
     "status_wall_s": "s",
 }
+# Coordinates counted in the study's batch unit (the ``batch_unit`` attribute).
+BATCH_UNIT_COORDS = ("examples", "examples_per_step")
 
 
 # Below this many trials a process pool costs more than it saves.
@@ -335,6 +341,52 @@ def _axes(study: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, tuple
     return out
 
 
+def _space_units(space: Mapping[str, Any]) -> dict[str, str]:
+    """alias → unit of the parameters of space.json that state one."""
+    out = {}
+    for p in space.get("parameters", []) or []:
+        if isinstance(p, Mapping) and "name" in p and isinstance(p.get("unit"), str):
+            out[str(p["name"])] = str(p["unit"])
+    return out
+
+
+def _data_section(path: Path) -> Mapping[str, Any] | None:
+    """The ``data`` section of a config.yaml (None when absent or unreadable)."""
+    if not path.is_file():
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # an unreadable config says nothing about the unit
+        return None
+    data = cfg.get("data") if isinstance(cfg, Mapping) else None
+    return data if isinstance(data, Mapping) else None
+
+
+def batch_unit_of(space: Mapping[str, Any], root: Path, trial_dirs: Sequence[Path] = ()) -> str:
+    """The unit of a study's batch sizes (``sequences``, ``examples`` …).
+
+    The ``unit`` space.json gives the parameter at :data:`stepscale.rundir.BATCH_PATH`
+    (the scientific axis, else a fixed value); a run directory without one (written
+    before space.json stated it, or by another writer) gets
+    :func:`stepscale.rundir.default_batch_unit` of the ``data`` section of its
+    config.yaml, else of the first trial's config.yaml.
+    """
+    params = [p for p in space.get("parameters", []) or [] if isinstance(p, Mapping)]
+    for role in ("scientific", "fixed"):
+        for p in params:
+            unit = p.get("unit")
+            ours = p.get("role") == role and p.get("path") == BATCH_PATH
+            if ours and isinstance(unit, str) and unit.strip():
+                return unit.strip()
+    for path in (root / "config.yaml", *(d / "config.yaml" for d in sorted(trial_dirs)[:1])):
+        data = _data_section(path)
+        if data is not None:
+            return default_batch_unit(data)
+    return default_batch_unit(None)
+
+
 def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     """Read every trial of a run directory into a Dataset with dims (trial, step).
 
@@ -356,6 +408,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     if not dirs:
         raise RunDirError(f"run directory {root} holds no trials (nothing under {root}/trials/)")
     trials = _read_trials(dirs)
+    unit = batch_unit_of(space, root, dirs)
     order = {
         str(p.get("label")): i
         for i, p in enumerate(study.get("points", []) or [])
@@ -386,13 +439,13 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
         if k in DERIVED:
             continue
         name = _unique_name(k, taken, "metric")
-        data_vars[name] = (("trial", "step"), grids[k], _unit_attrs(k))
+        data_vars[name] = (("trial", "step"), grids[k], _unit_attrs(k, unit))
     taken |= set(KNOWN_METRICS)
 
     states = [_state(t) for t in trials]
     coords: dict[str, Any] = {
         "trial": ("trial", np.array(ids, dtype=str)),
-        "step": ("step", all_steps.astype(np.int64), _unit_attrs("step")),
+        "step": ("step", all_steps.astype(np.int64), _unit_attrs("step", unit)),
         "point": ("trial", np.array([t.point for t in trials], dtype=str)),
         "number": ("trial", np.array([t.number for t in trials], dtype=np.int64)),
         "kind": ("trial", np.array([str(t.info.get("kind") or "tune") for t in trials], str)),
@@ -406,6 +459,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     }
 
     axes = _axes(study, space)
+    param_units = _space_units(space)
     params_meta = []
     for role in ("scientific", "nuisance", "fixed"):
         aliases = list(
@@ -419,6 +473,10 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
             name = _unique_name(alias, taken, "param")
             path = axes.get(alias, ("", ""))[1]
             attrs = {"role": role, "path": path, "alias": alias}
+            if path == BATCH_PATH:
+                attrs["units"] = unit
+            elif alias in param_units:
+                attrs["units"] = param_units[alias]
             coords[name] = ("trial", _column(values), attrs)
             params_meta.append({"name": alias, "coord": name, "role": role, "path": path})
 
@@ -433,7 +491,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
             col: np.ndarray = np.array([_per_step(t, key, metric) for t in trials])
         else:
             col = _column(values)
-        coords[name] = ("trial", col, _unit_attrs(name))
+        coords[name] = ("trial", col, _unit_attrs(name, unit))
 
     for metric, per_step_key in DERIVED.items():
         per = np.asarray(coords[per_step_key][1], dtype=float)
@@ -441,7 +499,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
         if metric in grids:
             logged = np.isfinite(grids[metric])
             derived = np.where(logged, grids[metric], derived)
-        coords[metric] = (("trial", "step"), derived, _unit_attrs(metric))
+        coords[metric] = (("trial", "step"), derived, _unit_attrs(metric, unit))
 
     n_running = sum(s not in FINAL_STATES for s in states)
     ended = run.get("ended") if isinstance(run, Mapping) else None
@@ -459,6 +517,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
         "created": str(study.get("created") or ""),
         "run_started": str((run or {}).get("started") or ""),
         "run_ended": str(ended or ""),
+        "batch_unit": unit,
     }
     target = objective.get("target_loss")
     if isinstance(target, (int, float)) and not isinstance(target, bool):
@@ -466,7 +525,9 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     return xr.Dataset(data_vars=data_vars, coords=coords, attrs=attrs)
 
 
-def _unit_attrs(name: str) -> dict[str, str]:
+def _unit_attrs(name: str, batch_unit: str) -> dict[str, str]:
+    if name in BATCH_UNIT_COORDS:
+        return {"units": batch_unit}
     return {"units": UNITS[name]} if name in UNITS else {}
 
 

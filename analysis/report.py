@@ -9,14 +9,19 @@ JSON keys, repr floats, fixed bootstrap seeds, deterministic PNGs):
 - ``results.nc``: the Dataset of :func:`analysis.load.load` (NetCDF, h5netcdf);
 - ``steps_to_target.csv``: one row per tune trial (columns in :data:`CSV_COLUMNS`);
   `sweep fit steps --csv steps_to_target.csv --batch-col batch --steps-col
-  steps_to_target --horizon-col horizon --group-col group` reproduces ``fits.json``'s
-  ``steps``;
+  steps_to_target --horizon-col horizon --group-col group --batch-unit UNIT` reproduces
+  ``fits.json``'s ``steps``;
 - ``provenance.json``: command, config, search space, seeds, versions, git, devices,
   storage (password redacted), times, trial counts;
 - ``figures/<name>.png``.
 
 A study with running trials, or whose run.json has no end time, gives a partial report,
 marked as such at the top of every human-readable file and by ``"partial": true``.
+
+Batch sizes, examples, B_crit, E_min and B_simple are labelled with the study's batch unit
+(``StudyAnalysis.batch_unit``: the unit space.json gives the batch axis, e.g. sequences
+for a language model, examples for the noisy quadratic model), also written as
+``batch_unit`` in fits.json.
 """
 
 from __future__ import annotations
@@ -43,12 +48,21 @@ from stepscale.analysis.study import DROPPED, FitSettings, StudyAnalysis, analyz
 from stepscale.files import write_text_atomic
 from stepscale.redact import redact
 
-__all__ = ["CSV_COLUMNS", "ReportResult", "steps_table", "write_report"]
+__all__ = [
+    "CSV_COLUMNS",
+    "ReportResult",
+    "csv_columns",
+    "refit_command",
+    "steps_table",
+    "write_report",
+]
 
 REFIT = (
     "sweep fit steps --csv report/steps_to_target.csv --batch-col batch "
     "--steps-col steps_to_target --horizon-col horizon --group-col group"
 )
+# Stands for the study's batch unit in CSV_COLUMNS (see csv_columns).
+BATCH_UNIT = "the study's batch unit"
 
 CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("trial", "trial id `<point label>/<n>`"),
@@ -60,7 +74,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ),
     ("seed", "train.seed of the trial"),
     ("state", "complete, pruned, diverged, failed or running"),
-    ("batch", "batch size in sequences (the data.global_batch axis, else examples per step)"),
+    ("batch", f"batch size in {BATCH_UNIT} (the data.global_batch axis, else examples per step)"),
     ("target", "the primary target loss of steps_to_target"),
     (
         "steps_to_target",
@@ -70,7 +84,7 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("steps_to_target_interp", "the crossing interpolated log-linearly between evaluations"),
     ("reached", "1 when the target was reached, else 0"),
     ("horizon", "last evaluated step (steps): how far the trial ran; the censoring horizon"),
-    ("examples_to_target", "steps_to_target × examples per step (sequences)"),
+    ("examples_to_target", f"steps_to_target × examples per step ({BATCH_UNIT})"),
     ("tokens_to_target", "steps_to_target × tokens per step (tokens)"),
     ("flops_to_target", "steps_to_target × FLOPs per step"),
     ("wall_s_to_target", "logged wall time at steps_to_target (s)"),
@@ -78,10 +92,22 @@ CSV_COLUMNS: tuple[tuple[str, str], ...] = (
     ("best_eval_loss", "lowest eval loss of the trial"),
     ("final_eval_loss", "last eval loss of the trial"),
     ("steps_done", "optimizer steps the trial ran"),
-    ("examples_per_step", "sequences per step"),
+    ("examples_per_step", f"{BATCH_UNIT} per step"),
     ("tokens_per_step", "tokens per step"),
     ("flops_per_step", "FLOPs per step"),
 )
+
+
+def csv_columns(batch_unit: str) -> tuple[tuple[str, str], ...]:
+    """:data:`CSV_COLUMNS` with the study's batch unit (``sequences``, ``examples`` …) in
+    place of :data:`BATCH_UNIT`."""
+    return tuple((c, d.replace(BATCH_UNIT, batch_unit)) for c, d in CSV_COLUMNS)
+
+
+def refit_command(batch_unit: str) -> str:
+    """The `sweep fit steps` command that refits ``fits.json``'s ``steps`` from
+    steps_to_target.csv, with the study's batch unit."""
+    return f"{REFIT} --batch-unit {shlex.quote(batch_unit)}"
 
 
 # ------------------------------------------------------------------------ formatting
@@ -212,7 +238,7 @@ def _points_table(a: StudyAnalysis) -> Block:
         "states",
         "reached",
         f"steps to {t}",
-        "examples to target (sequences)",
+        f"examples to target ({a.batch_unit})",
         "tokens to target (tokens)",
         "FLOPs to target",
         "wall to target (s)",
@@ -262,8 +288,8 @@ def _fit_section(a: StudyAnalysis) -> list[Block]:
     headers = [
         "group",
         "S_min (steps)",
-        "E_min (sequences)",
-        "B_crit (sequences)",
+        f"E_min ({a.batch_unit})",
+        f"B_crit ({a.batch_unit})",
         "CBS (r, B0)",
         "perfect scaling B ≤",
         "max parallelism B ≥",
@@ -319,7 +345,7 @@ def _fit_section(a: StudyAnalysis) -> list[Block]:
             "target are censored, not fitted, and listed.",
         )
     )
-    out.append(para(f"Refit from the table: `{REFIT}`", "note"))
+    out.append(para(f"Refit from the table: `{refit_command(a.batch_unit)}`", "note"))
     rows = []
     for g in a.groups:
         if g.result is None:
@@ -413,7 +439,7 @@ def _targets_section(a: StudyAnalysis) -> list[Block]:
                 "group",
                 "target",
                 "kind",
-                "B_crit (sequences)",
+                f"B_crit ({a.batch_unit})",
                 "95% interval",
                 "S_min (steps)",
                 "batch sizes fitted",
@@ -520,7 +546,7 @@ def _noise_section(a: StudyAnalysis) -> list[Block]:
             [
                 "group",
                 "point",
-                "B_simple median (sequences)",
+                f"B_simple median ({a.batch_unit})",
                 "quartiles",
                 "values",
                 "from step",
@@ -640,7 +666,7 @@ def _provenance_section(prov: Mapping[str, Any]) -> list[Block]:
     return out
 
 
-def _files_section() -> list[Block]:
+def _files_section(batch_unit: str) -> list[Block]:
     files = [
         ["index.html", "this report, self-contained"],
         ["report.md", "the same in Markdown"],
@@ -650,7 +676,7 @@ def _files_section() -> list[Block]:
         ["provenance.json", "command, config, search space, seeds, versions, git, devices"],
         ["figures/*.png", "the figures"],
     ]
-    cols = [[c, d] for c, d in CSV_COLUMNS] + [
+    cols = [[c, d] for c, d in csv_columns(batch_unit)] + [
         [
             "<alias>",
             "each scientific, nuisance and fixed parameter (`param_<alias>` if the name is taken)",
@@ -688,8 +714,8 @@ def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
             out.append(
                 para(
                     f"{'' if g.group == 'all' else g.group + ': '}B_crit = {_g(f.b_crit)} "
-                    f"{_ci(f.b_crit_ci)} sequences, S_min = {_g(f.s_min)} steps, E_min = "
-                    f"{_g(f.e_min)} sequences at eval loss < {a.target:g}."
+                    f"{_ci(f.b_crit_ci)} {a.batch_unit}, S_min = {_g(f.s_min)} steps, E_min = "
+                    f"{_g(f.e_min)} {a.batch_unit} at eval loss < {a.target:g}."
                 )
             )
     return out
@@ -733,7 +759,7 @@ def document(
     blocks += _seeds_section(a)
     blocks += _ablation_section(a)
     blocks += _provenance_section(prov)
-    blocks += _files_section()
+    blocks += _files_section(a.batch_unit)
     cfg = prov.get("config")
     if cfg is not None:
         blocks += [heading("Composed config", 3), code(json.dumps(cfg, indent=2, sort_keys=True))]

@@ -6,7 +6,9 @@ sizes that never got there listed, never dropped), the S(B) fit and its redo at 
 target with B_crit(L), the optimal LR per batch size and η*(B) = c·B^α below B_crit,
 the gradient noise scale B_simple of each point's best trial, and the spread of steps
 to target over confirm seeds. An ablation table compares the variants of a categorical
-scientific axis. Fits a study cannot support are skipped with a note saying why.
+scientific axis. Fits a study cannot support are skipped with a note saying why. Batch
+sizes, B_crit, E_min and B_simple are in the study's batch unit (``batch_unit``:
+sequences, examples …), which the record carries for every label drawn from it.
 
 B_crit vs target uses only targets whose S(B) fit is well-posed
 (:func:`analysis.fits.steps.target_problems`): automatic targets that are not are dropped
@@ -34,6 +36,7 @@ from stepscale.analysis.dataset import (
     PointRow,
     StudyAxes,
     TrialSteps,
+    batch_unit,
     best_trials,
     choose_targets,
     curves,
@@ -124,6 +127,7 @@ class StudyAnalysis:
     ablation: AblationTable | None
     notes: tuple[str, ...]
     settings: FitSettings
+    batch_unit: str  # what batch sizes, B_crit, E_min and B_simple count
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -160,6 +164,7 @@ class StudyAnalysis:
         return {
             "schema": SCHEMA,
             "study": self.study,
+            "batch_unit": self.batch_unit,
             "partial": self.partial,
             "objective": {"kind": self.objective_kind},
             "axes": self.axes.to_dict(),
@@ -175,7 +180,11 @@ class StudyAnalysis:
             ),
             "settings": self.settings.to_dict(),
             "points": [p.to_dict() for p in self.points],
-            "steps": {"target": jsonable(t), "groups": steps_groups},
+            "steps": {
+                "target": jsonable(t),
+                "batch_unit": self.batch_unit,
+                "groups": steps_groups,
+            },
             "steps_to_result": {
                 "target": jsonable(t),
                 "groups": [
@@ -329,6 +338,7 @@ def _lr_fits(
     axes: StudyAxes,
     sel: np.ndarray,
     b_crit: float | None,
+    unit: str,
 ) -> tuple[OptimalLR | None, LRLaw | None, list[str]]:
     assert axes.lr is not None and axes.batch is not None
     notes: list[str] = []
@@ -360,8 +370,8 @@ def _lr_fits(
     b_max = b_crit if b_crit is not None and (sizes <= b_crit).sum() >= 2 else None
     if b_crit is not None and b_max is None:
         notes.append(
-            f"fewer than 2 batch sizes at or below B_crit = {b_crit:.4g}: η*(B) is fitted on "
-            f"all batch sizes"
+            f"fewer than 2 batch sizes at or below B_crit = {b_crit:.4g} {unit}: η*(B) is "
+            f"fitted on all batch sizes"
         )
     elif b_crit is None:
         notes.append("B_crit unknown: η*(B) is fitted on all batch sizes")
@@ -451,6 +461,7 @@ def analyze(
 ) -> StudyAnalysis:
     """Run every fit the study supports; see the module docstring."""
     settings = settings or FitSettings()
+    unit = batch_unit(ds)
     axes = study_axes(ds)
     groups = trial_groups(ds, axes)
     target, all_targets, auto = choose_targets(ds, axes, targets)
@@ -512,7 +523,7 @@ def analyze(
             if at is not None and float(target) in at.fits:  # type: ignore[arg-type]
                 b_crit = at.fits[float(target)].b_crit  # type: ignore[arg-type]
             try:
-                opt, law, lr_notes = _lr_fits(ds, axes, sel, b_crit)
+                opt, law, lr_notes = _lr_fits(ds, axes, sel, b_crit, unit)
             except ValueError as exc:
                 lr_notes = [f"optimal LR not computed: {exc}"]
             gnotes += [n if g == "all" else f"{g}: {n}" for n in lr_notes]
@@ -568,4 +579,5 @@ def analyze(
         ablation=abl,
         notes=tuple(notes),
         settings=settings,
+        batch_unit=unit,
     )

@@ -19,7 +19,9 @@ RUN_DIR/
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 # ------------------------------------------------------------------ file and folder names
 
@@ -63,6 +65,35 @@ def is_trial_dir(path: Path) -> bool:
 # The built-in trainer's key of the global batch size (in sequences or examples): a study's
 # batch axis is its scientific parameter at this path.
 BATCH_PATH = "data.global_batch"
+
+# The unit of the batch axis is the ``unit`` of the parameter at BATCH_PATH in space.json
+# (``sequences``, ``examples``, ``tokens`` …). A study that does not state it counts
+# sequences when its data are sequences (the built-in LM sources, or any data section with
+# a ``seq_len``) and examples otherwise (the noisy quadratic model, the teacher network).
+SEQUENCES = "sequences"
+EXAMPLES = "examples"
+# The built-in trainer's data sources whose examples are sequences (``data.name``); its
+# other sources (``nqm``, ``teacher``) draw one vector per example.
+SEQUENCE_SOURCES = ("markov", "tokens", "text")
+EXAMPLE_SOURCES = ("nqm", "teacher")
+
+
+def default_batch_unit(data: Mapping[str, Any] | None) -> str:
+    """The batch unit of a study that does not state one, from its ``data`` config section.
+
+    ``sequences`` for a built-in sequence source (``data.name`` in SEQUENCE_SOURCES),
+    ``examples`` for the other built-in sources; for any other source, ``sequences`` when
+    the section has a ``seq_len`` and ``examples`` otherwise (also when ``data`` is None).
+    """
+    if not isinstance(data, Mapping):
+        return EXAMPLES
+    name = data.get("name")
+    if name in SEQUENCE_SOURCES:
+        return SEQUENCES
+    if name in EXAMPLE_SOURCES:
+        return EXAMPLES
+    return SEQUENCES if data.get("seq_len") is not None else EXAMPLES
+
 
 # ----------------------------------------------------------------------------- states
 

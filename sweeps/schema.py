@@ -24,7 +24,10 @@ class ScientificParam:
 
     path: str = "???"  # trainer key, e.g. data.global_batch
     values: list[Any] = field(default_factory=list)
-    unit: str | None = None  # e.g. sequences, tokens
+    # e.g. sequences, examples, tokens. Unstated on the batch axis (data.global_batch),
+    # space.json gets the default of the data: sequences for sequence data, else examples
+    # (sweeps.space_doc.batch_unit); the config itself is left as written.
+    unit: str | None = None
     description: str | None = None
 
 

@@ -5,13 +5,20 @@ budget, objective and sampler; validated by ``sweeps/search_space.schema.json`` 
 ``sweeps.formats``). Stable bytes: sorted keys, bounds typed like their parameter (ints
 for int parameters, floats otherwise), floats in Python's shortest round-trip form, so
 the same config always gives the same document.
+
+The batch axis (the parameter at ``stepscale.rundir.BATCH_PATH``) always has a ``unit``:
+the study's own, else :func:`stepscale.rundir.default_batch_unit` of its data section, so
+that the analysis reads the unit it labels batch sizes and examples with from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
+from stepscale.rundir import BATCH_PATH, default_batch_unit
 from stepscale.sweeps.schema import NuisanceParam, StudyConfig
 
 SCHEMA_TAG = "stepscale.search_space/v1"
@@ -59,6 +66,18 @@ def _nuisance(alias: str, n: NuisanceParam) -> dict[str, Any]:
     return _drop_none(entry)
 
 
+def batch_unit(cfg: StudyConfig, path: str, unit: str | None) -> str | None:
+    """The unit written for a parameter at ``path`` whose config states ``unit``: the
+    default batch unit of the study's data (:func:`stepscale.rundir.default_batch_unit`)
+    for an unstated unit of the batch axis, else ``unit`` as it is."""
+    if unit is not None or path != BATCH_PATH:
+        return unit
+    data = cfg.data
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        data = dataclasses.asdict(data)
+    return default_batch_unit(data if isinstance(data, Mapping) else None)
+
+
 def space_document(cfg: StudyConfig) -> dict[str, Any]:
     """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
     params: list[dict[str, Any]] = []
@@ -71,7 +90,7 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                     "role": "scientific",
                     "type": _type_of(list(p.values)),
                     "values": list(p.values),
-                    "unit": p.unit,
+                    "unit": batch_unit(cfg, p.path, p.unit),
                     "description": p.description,
                 }
             )
@@ -85,7 +104,7 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                 "path": f.path,
                 "role": "fixed",
                 "type": _type_of([f.value]),
-                "unit": f.unit,
+                "unit": batch_unit(cfg, f.path, f.unit),
                 "description": f.description,
             }
         )

@@ -51,6 +51,11 @@ class Spec:
     log_every: int = 10
     eval_every: int = 20
     seq_len: int = 64
+    # data.name in the trials' config.yaml (None: not written). Sequence sources (None,
+    # markov, tokens, text) write data.seq_len and seq_len tokens per example; the others
+    # (nqm, teacher) no seq_len and one token per example.
+    data: str | None = None
+    unit: str | None = None  # space.json's unit of the batch parameter (None: not stated)
     confirm_seeds: int = 0
     running: int = 0  # trials of the last point left running (no final status)
     fewer_trials: dict[str, int] = field(default_factory=dict)  # variant → trials dropped
@@ -141,7 +146,10 @@ def _space(spec: Spec) -> dict[str, Any]:
             else list(spec.batches)
         )
         kind = "categorical" if s["name"] == "optimizer" else "int"
-        params.append({**s, "role": "scientific", "type": kind, "values": values})
+        param = {**s, "role": "scientific", "type": kind, "values": values}
+        if spec.unit is not None and s["path"] == "data.global_batch":
+            param["unit"] = spec.unit
+        params.append(param)
     params.append(
         {
             "name": "lr",
@@ -170,6 +178,11 @@ _TRAIN = (
 )
 
 
+def _sequences(spec: Spec) -> bool:
+    """Whether the trials' data are sequences (seq_len tokens per example)."""
+    return spec.data in (None, "markov", "tokens", "text")
+
+
 def _write_trial(
     spec: Spec,
     root: Path,
@@ -195,7 +208,7 @@ def _write_trial(
         last = min(last, 5 * spec.log_every)
     steps = np.arange(0, last + 1, spec.log_every)
     loss, bcrit_l = _curve(spec, pt.s_min, pt.b_crit, pt.batch, m, steps.astype(float))
-    tps, eps = pt.batch * pt.seq, pt.batch
+    tps, eps = pt.batch * (pt.seq if _sequences(spec) else 1), pt.batch
     wall = 1.0 + steps * 1e-3 * (1 + pt.batch / 256)
     cols = [
         steps.tolist(),
@@ -290,8 +303,10 @@ def _write_trial(
             "ended": None if running else "2026-11-22T03:00:09Z",
         },
     )
+    data = "" if spec.data is None else f"  name: {spec.data}\n"
+    data += f"  seq_len: {pt.seq}\n" if _sequences(spec) else ""
     (tdir / "config.yaml").write_text(
-        f"optimizer:\n  lr: {lr!r}\ndata:\n  global_batch: {pt.batch}\n  seq_len: {pt.seq}\n"
+        f"optimizer:\n  lr: {lr!r}\ndata:\n  global_batch: {pt.batch}\n{data}"
     )
 
 

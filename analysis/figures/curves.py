@@ -140,11 +140,13 @@ def draw_loss_steps_tokens(rec: LossStepsTokens) -> Any:
 
 @dataclass(frozen=True)
 class NoiseScale:
-    """B_simple over training of each point's best trial, and B_crit of its group."""
+    """B_simple over training of each point's best trial, and B_crit of its group, both
+    in ``batch_unit``."""
 
     curves: tuple[Curve, ...]
     b_crit: tuple[tuple[str, float, float, float], ...]  # (group, B_crit, lo, hi)
     target: float | None
+    batch_unit: str
 
 
 def noise_scale(a: StudyAnalysis, ds: xr.Dataset) -> NoiseScale | None:
@@ -164,7 +166,7 @@ def noise_scale(a: StudyAnalysis, ds: xr.Dataset) -> NoiseScale | None:
         f = g.fit_at(a.target)
         if f is not None:
             bc.append((g.group, f.b_crit, f.b_crit_ci[0], f.b_crit_ci[1]))
-    return NoiseScale(tuple(curves), tuple(bc), a.target)
+    return NoiseScale(tuple(curves), tuple(bc), a.target, a.batch_unit)
 
 
 def draw_noise_scale(rec: NoiseScale) -> Any:
@@ -181,13 +183,13 @@ def draw_noise_scale(rec: NoiseScale) -> Any:
             color=c,
             lw=1.2,
             ls="-.",
-            label=f"B_crit{name} at loss {rec.target:g}: {b:.4g} sequences",
+            label=f"B_crit{name} at loss {rec.target:g}: {b:.4g} {rec.batch_unit}",
         )
         if math.isfinite(lo) and math.isfinite(hi):
             ax.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
     ax.set_yscale("log")
     ax.set_xlabel(style.STEPS)
-    ax.set_ylabel("B_simple (sequences)")
+    ax.set_ylabel(f"B_simple ({rec.batch_unit})")
     ax.set_title("Gradient noise scale B_simple of each point's best trial")
     # The curves fill the axes: the legend goes below them.
     style.legend(fig, ax, True, ncols=4, fontsize=7)

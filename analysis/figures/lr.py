@@ -1,5 +1,6 @@
 """Learning-rate figures: objective vs LR per batch size, a batch × LR heat map of the
-best objective, and the optimal LR vs batch size with its power law η*(B) = c·B^α."""
+best objective, and the optimal LR vs batch size with its power law η*(B) = c·B^α.
+Batch axes are labelled with the study's batch unit the records carry (``batch_unit``)."""
 
 from __future__ import annotations
 
@@ -148,6 +149,7 @@ class LRHeatmap:
     batches: tuple[tuple[float, ...], ...]
     values: tuple[tuple[tuple[float, ...], ...], ...]
     failed: tuple[tuple[tuple[bool, ...], ...], ...]
+    batch_unit: str
 
 
 def lr_heatmap(a: StudyAnalysis, ds: xr.Dataset, n_bins: int = 12) -> LRHeatmap | None:
@@ -192,6 +194,7 @@ def lr_heatmap(a: StudyAnalysis, ds: xr.Dataset, n_bins: int = 12) -> LRHeatmap 
         tuple(batches),
         tuple(values),
         tuple(failed),
+        a.batch_unit,
     )
 
 
@@ -223,7 +226,7 @@ def draw_lr_heatmap(rec: LRHeatmap) -> Any:
         ax.set_yticks(np.arange(len(sizes)) + 0.5, [f"{s:g}" for s in sizes])
         ax.grid(False)
         ax.set_xlabel(style.LR)
-        ax.set_ylabel(style.BATCH)
+        ax.set_ylabel(style.batch_label(rec.batch_unit))
         title = "Best objective per batch size and LR bin (× all diverged)"
         ax.set_title(title if group == "all" else f"{group}", fontsize=9)
     if mesh is not None:
@@ -249,9 +252,11 @@ class LRLawSeries:
 
 @dataclass(frozen=True)
 class LRLawFigure:
-    """Optimal LR vs batch size with η*(B) = c·B^α and the √ and linear rules."""
+    """Optimal LR vs batch size (in ``batch_unit``) with η*(B) = c·B^α and the √ and
+    linear rules."""
 
     series: tuple[LRLawSeries, ...]
+    batch_unit: str
 
 
 def lr_law(a: StudyAnalysis, ds: xr.Dataset) -> LRLawFigure | None:
@@ -281,7 +286,7 @@ def lr_law(a: StudyAnalysis, ds: xr.Dataset) -> LRLawFigure | None:
         )
     if not series:
         return None
-    return LRLawFigure(tuple(series))
+    return LRLawFigure(tuple(series), a.batch_unit)
 
 
 def draw_lr_law(rec: LRLawFigure) -> Any:
@@ -339,7 +344,7 @@ def draw_lr_law(rec: LRLawFigure) -> Any:
     opt = [v for s in rec.series for v in s.lr_opt if math.isfinite(v) and v > 0]
     if opt:
         ax.set_ylim(min(opt) / 3, max(opt) * 3)
-    ax.set_xlabel(style.BATCH)
+    ax.set_xlabel(style.batch_label(rec.batch_unit))
     ax.set_ylabel("optimal peak learning rate η*")
     ax.set_title("Optimal learning rate vs batch size")
     ax.legend(loc="best", fontsize=7)

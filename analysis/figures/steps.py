@@ -1,5 +1,8 @@
 """Steps to target vs batch size with the S(B) fit, the steps–examples trade-off, and
-B_crit vs target loss. One series per group (ablation variants are overlaid)."""
+B_crit vs target loss. One series per group (ablation variants are overlaid).
+
+Each record carries the study's batch unit (``batch_unit``), which its axes are labelled
+with."""
 
 from __future__ import annotations
 
@@ -60,10 +63,11 @@ class StepsSeries:
 
 @dataclass(frozen=True)
 class StepsVsBatch:
-    """Steps to eval loss < ``target`` vs batch size, log–log."""
+    """Steps to eval loss < ``target`` vs batch size (in ``batch_unit``), log–log."""
 
     target: float
     series: tuple[StepsSeries, ...]
+    batch_unit: str
 
 
 def _grid(values: list[float]) -> np.ndarray:
@@ -123,7 +127,7 @@ def steps_vs_batch(a: StudyAnalysis, ds: xr.Dataset) -> StepsVsBatch | None:
         )
     if not series:
         return None
-    return StepsVsBatch(a.target, tuple(series))
+    return StepsVsBatch(a.target, tuple(series), a.batch_unit)
 
 
 def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
@@ -173,7 +177,7 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
     fin = [y for y in ys if math.isfinite(y) and y > 0]
     if fin:  # the perfect-scaling line would otherwise stretch the axis far below the data
         ax.set_ylim(min(fin) / 1.6, max(fin) * 1.6)
-    ax.set_xlabel(style.BATCH)
+    ax.set_xlabel(style.batch_label(rec.batch_unit))
     ax.set_ylabel(f"steps to eval loss < {rec.target:g} (steps)")
     ax.set_title("Steps to target vs batch size (dash-dot: B_crit, band: its 95% interval)")
     style.legend(fig, ax, many)
@@ -183,7 +187,7 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
 @dataclass(frozen=True)
 class Tradeoff:
     """Steps vs examples to reach ``target`` per group, with the fitted hyperbola
-    (S/S_min − 1)(E/E_min − 1) = 1."""
+    (S/S_min − 1)(E/E_min − 1) = 1; examples and batch sizes in ``batch_unit``."""
 
     target: float
     labels: tuple[str, ...]
@@ -191,6 +195,7 @@ class Tradeoff:
     steps: tuple[tuple[float, ...], ...]
     batch: tuple[tuple[float, ...], ...]
     fits: tuple[FitLine | None, ...]
+    batch_unit: str
 
 
 def tradeoff(a: StudyAnalysis, ds: xr.Dataset) -> Tradeoff | None:
@@ -206,6 +211,7 @@ def tradeoff(a: StudyAnalysis, ds: xr.Dataset) -> Tradeoff | None:
         tuple(s.steps for s in rec.series),
         tuple(s.batch for s in rec.series),
         tuple(s.fit for s in rec.series),
+        rec.batch_unit,
     )
 
 
@@ -240,7 +246,7 @@ def draw_tradeoff(rec: Tradeoff) -> Any:
         ax.axvline(f.e_min, color=c, lw=0.8, ls="--", alpha=0.6)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"examples to eval loss < {rec.target:g} (sequences)")
+    ax.set_xlabel(f"examples to eval loss < {rec.target:g} ({rec.batch_unit})")
     ax.set_ylabel(f"steps to eval loss < {rec.target:g} (steps)")
     ax.set_title("Steps–examples trade-off (dashed: S_min and E_min)")
     style.legend(fig, ax, many)
@@ -263,10 +269,12 @@ class BcritSeries:
 
 @dataclass(frozen=True)
 class BcritVsTarget:
-    """B_crit vs target loss (Kaplan et al. 2020: B_crit(L) = B*/L^(1/α_B))."""
+    """B_crit (in ``batch_unit``) vs target loss (Kaplan et al. 2020: B_crit(L) =
+    B*/L^(1/α_B))."""
 
     primary: float
     series: tuple[BcritSeries, ...]
+    batch_unit: str
 
 
 def bcrit_vs_target(a: StudyAnalysis, ds: xr.Dataset) -> BcritVsTarget | None:
@@ -301,7 +309,7 @@ def bcrit_vs_target(a: StudyAnalysis, ds: xr.Dataset) -> BcritVsTarget | None:
         )
     if not series:
         return None
-    return BcritVsTarget(a.target, tuple(series))
+    return BcritVsTarget(a.target, tuple(series), a.batch_unit)
 
 
 def draw_bcrit_vs_target(rec: BcritVsTarget) -> Any:
@@ -340,7 +348,7 @@ def draw_bcrit_vs_target(rec: BcritVsTarget) -> Any:
     pad = max((max(xs) / min(xs)) ** 0.08, 1.01)  # keep end points off the spines
     ax.set_xlim(min(xs) / pad, max(xs) * pad)
     ax.set_xlabel("target eval loss")
-    ax.set_ylabel("B_crit (sequences)")
+    ax.set_ylabel(f"B_crit ({rec.batch_unit})")
     title = "Critical batch size vs target loss (well-posed targets)"
     if not any(s.law for s in rec.series):
         title += "\ntoo few targets for the power law"

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BATCH",
     "DPI",
-    "EXAMPLES",
     "LR",
     "STEPS",
     "TOKENS",
+    "batch_label",
     "color",
     "context",
+    "examples_label",
     "figure",
     "legend",
     "objective_label",
@@ -65,11 +65,19 @@ PALETTE = (
     "#bcbd22",
 )
 
-BATCH = "batch size (sequences)"
 STEPS = "steps"
-EXAMPLES = "examples (sequences)"
 TOKENS = "tokens"
 LR = "peak learning rate"
+
+
+def batch_label(unit: str) -> str:
+    """Axis label of batch sizes counted in ``unit`` (the study's batch unit)."""
+    return f"batch size ({unit})"
+
+
+def examples_label(unit: str) -> str:
+    """Axis label of examples counted in ``unit`` (the study's batch unit)."""
+    return f"examples ({unit})"
 
 
 def color(i: int) -> str:

@@ -1,0 +1,217 @@
+"""The unit of the batch axis, from the study to every label of the report.
+
+space.json states it (the study's own ``unit``, else sequences for sequence data and
+examples otherwise); ``analysis.load`` carries it; every figure, table and sentence of
+the report names it. A noisy quadratic model counts examples, a GPT sequences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from run_dirs import Spec, make_run_dir
+
+from stepscale.analysis import figures, load
+from stepscale.analysis.fit_cli import add_fit_commands, run_fit
+from stepscale.analysis.report_cli import add_report_command, run_report
+from stepscale.analysis.study import analyze
+from stepscale.sweeps.cli import main
+from stepscale.sweeps.run_cmd import prepare_study
+from stepscale.sweeps.space_doc import space_document
+
+# Records of the figures whose axes or legends show batch sizes, B_crit or examples.
+BATCH_FIGURES = (
+    "steps_vs_batch",
+    "steps_vs_examples",
+    "bcrit_vs_target",
+    "noise_scale",
+    "lr_heatmap",
+    "lr_vs_batch",
+)
+
+
+# A synthetic study small enough to report in a few seconds, with every figure.
+SMALL: dict[str, Any] = {
+    "batches": (16, 64, 256, 1024),
+    "lr_multipliers": (0.5, 1.0, 2.0, 16.0),
+    "horizon": 4000,
+}
+
+
+def report(run: Path) -> Path:
+    p = argparse.ArgumentParser(prog="sweep")
+    add_report_command(p.add_subparsers(dest="command", required=True))
+    run_report(p.parse_args(["report", str(run)]))
+    return run / "report"
+
+
+def batch_param(space: dict[str, Any]) -> dict[str, Any]:
+    (param,) = [p for p in space["parameters"] if p["path"] == "data.global_batch"]
+    return param
+
+
+def figure_texts(fig: Any) -> list[str]:
+    """Every label, title, tick label and legend entry of a matplotlib figure."""
+    texts = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
+    for ax in fig.axes:
+        texts += [ax.get_xlabel(), ax.get_ylabel(), ax.get_title()]
+    return [t for t in texts if t]
+
+
+def check_report(run: Path, unit: str, other: str, expect: tuple[str, ...] = BATCH_FIGURES) -> None:
+    """The report of ``run`` labels batch sizes in ``unit`` everywhere, never in ``other``;
+    the figures ``expect`` (of BATCH_FIGURES) exist and name ``unit``."""
+    out = report(run)
+    ds = load(run)
+    assert ds.attrs["batch_unit"] == unit
+    assert ds["examples"].attrs["units"] == ds["examples_per_step"].attrs["units"] == unit
+    assert ds["batch_size"].attrs["units"] == unit
+    fits = json.loads((out / "fits.json").read_text())
+    assert fits["batch_unit"] == fits["steps"]["batch_unit"] == unit
+    for name in ("report.md", "index.html", "steps_to_target.csv", "fits.json"):
+        assert other not in (out / name).read_text(), name
+    md = (out / "report.md").read_text()
+    for label in (
+        f"examples to target ({unit})",
+        f"E_min ({unit})",
+        f"B_crit ({unit})",
+        f"| batch | batch size in {unit} (",
+        f"| examples_to_target | steps_to_target × examples per step ({unit}) |",
+        f"| examples_per_step | {unit} per step |",
+        f"--batch-unit {unit}`",
+    ):
+        assert label in md, label
+    a = analyze(ds)
+    assert a.batch_unit == unit
+    recs = figures.build(a, ds)
+    for name, rec in recs.items():
+        texts = figure_texts(figures.draw(name, rec))
+        assert not [t for t in texts if other in t], (name, texts)
+        if name in BATCH_FIGURES:
+            assert rec.batch_unit == unit, name
+            assert any(f"({unit})" in t for t in texts), (name, texts)
+    assert set(expect) <= set(recs), set(recs)
+    lr_vs_batch = figures.draw("lr_vs_batch", recs["lr_vs_batch"])
+    assert lr_vs_batch.axes[0].get_xlabel() == f"batch size ({unit})"
+
+
+def test_nqm_study_run_end_to_end_says_examples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The built-in NQM study (lr_vs_batchsize), cut to 2 batch sizes × 2 LRs × 20 steps:
+    space.json, the Dataset, report.md, index.html, fits.json and every figure count
+    examples, and nothing says sequences."""
+    run = tmp_path / "nqm"
+    code = main(
+        [
+            "run",
+            "conf=lr_vs_batchsize",
+            "scientific.batch_size.values=[4,64]",
+            "nuisance.lr.choices=[0.25,1.0]",
+            "budget.trials_per_point=2",
+            "budget.max_steps=20",
+            "parallelism=1",
+            "launcher=inline",
+            "train.devices=1",
+            "train.compile_cache_dir=",
+            f"run_dir={run}",
+        ]
+    )
+    capsys.readouterr()
+    assert code == 0
+    assert batch_param(json.loads((run / "space.json").read_text()))["unit"] == "examples"
+    # Two batch sizes and no noise_scale metric: no B_crit-vs-target or B_simple figure.
+    check_report(run, "examples", "sequences", ("steps_vs_batch", "lr_heatmap", "lr_vs_batch"))
+
+
+@pytest.mark.parametrize(
+    ("data", "unit", "other"),
+    [("nqm", "examples", "sequences"), ("markov", "sequences", "(examples)")],
+)
+def test_every_figure_names_the_unit(tmp_path: Path, data: str, unit: str, other: str) -> None:
+    """Synthetic studies with every figure (B_crit vs target, B_simple …): an NQM one is
+    labelled in examples throughout, a markov (GPT) one in sequences."""
+    check_report(make_run_dir(tmp_path / data, Spec(data=data, unit=unit, **SMALL)), unit, other)
+
+
+def test_the_stated_unit_wins(tmp_path: Path) -> None:
+    """A study stating examples is in examples though its data are sequences: the unit is
+    read from space.json, not guessed."""
+    stated = load(make_run_dir(tmp_path / "stated", Spec(unit="examples", **SMALL)))
+    assert stated.attrs["batch_unit"] == stated["examples"].attrs["units"] == "examples"
+    assert analyze(stated).batch_unit == "examples"
+
+
+@pytest.mark.parametrize(
+    ("spec", "unit"),
+    [
+        (Spec(data="nqm"), "examples"),
+        (Spec(data="teacher"), "examples"),
+        (Spec(data="markov"), "sequences"),
+        (Spec(), "sequences"),  # no data.name, but a seq_len: sequences
+    ],
+)
+def test_run_dirs_without_a_stated_unit_get_the_default(
+    tmp_path: Path, spec: Spec, unit: str
+) -> None:
+    """Old run dirs (no unit in space.json): the default of the trials' data section."""
+    run = make_run_dir(tmp_path / "run", spec)
+    assert "unit" not in batch_param(json.loads((run / "space.json").read_text()))
+    ds = load(run)
+    assert ds.attrs["batch_unit"] == unit and ds["examples"].attrs["units"] == unit
+    # A Dataset saved before it had the attribute still has its units.
+    del ds.attrs["batch_unit"]
+    assert analyze(ds).batch_unit == unit
+
+
+@pytest.mark.parametrize(
+    ("study", "unit"),
+    [
+        ("lr_vs_batchsize", "examples"),  # nqm
+        ("smoke", "sequences"),  # gpt on markov
+        ("batchsize_vs_steps", "sequences"),
+    ],
+)
+def test_space_json_states_the_default_when_the_study_does_not(study: str, unit: str) -> None:
+    _, stated, _ = prepare_study([f"conf={study}"], None)
+    assert batch_param(space_document(stated))["unit"] == unit
+    _, cfg, _ = prepare_study([f"conf={study}", "scientific.batch_size.unit=null"], None)
+    assert cfg.scientific["batch_size"].unit is None  # the config stays as written
+    assert batch_param(space_document(cfg))["unit"] == unit
+    _, mlp, _ = prepare_study(
+        [f"conf={study}", "scientific.batch_size.unit=null", "model=mlp", "data=teacher"], None
+    )
+    assert batch_param(space_document(mlp))["unit"] == "examples"
+
+
+def test_fit_steps_batch_unit_option(tmp_path: Path) -> None:
+    table = tmp_path / "t.csv"
+    rows = [(b, 500 * (1 + 128 / b)) for b in (16, 32, 64, 128, 256, 512)]
+    table.write_text("batch,steps\n" + "".join(f"{b},{s}\n" for b, s in rows))
+    p = argparse.ArgumentParser(prog="sweep")
+    add_fit_commands(p.add_subparsers(dest="command", required=True))
+    argv = ["fit", "steps", "--csv", str(table), "--batch-col", "batch", "--steps-col", "steps"]
+    assert run_fit(p.parse_args(argv))["batch_unit"] == "examples"  # the neutral default
+    out = run_fit(p.parse_args([*argv, "--batch-unit", "tokens", "--n-boot", "10"]))
+    assert out["batch_unit"] == "tokens" and out["groups"][0]["b_crit"] == pytest.approx(128)
+
+
+def test_the_default_knows_every_built_in_source() -> None:
+    """rundir's lists of sequence and example sources are the built-in trainer's sources,
+    split by whether their examples are sequences (DataInfo.kind "lm")."""
+    from stepscale.models.config import DataConfig
+    from stepscale.models.data import SOURCES, build_source
+    from stepscale.rundir import EXAMPLE_SOURCES, SEQUENCE_SOURCES, default_batch_unit
+
+    assert sorted((*SEQUENCE_SOURCES, *EXAMPLE_SOURCES)) == sorted(SOURCES)
+    for name in ("markov", "nqm", "teacher"):  # the file sources need a file
+        info = build_source(DataConfig(name=name)).info
+        assert (info.kind == "lm") == (name in SEQUENCE_SOURCES), name
+        expected = "sequences" if info.kind == "lm" else "examples"
+        assert default_batch_unit({"name": name, "seq_len": 64}) == expected
+    assert default_batch_unit({"name": "my_source", "seq_len": 128}) == "sequences"
+    assert default_batch_unit({"name": "my_source"}) == default_batch_unit(None) == "examples"
