@@ -446,7 +446,7 @@ def test_cut_report_renders_identically(cut_run: Path, tmp_path: Path) -> None:
 
 
 def test_html_tables_align_numbers_right_and_text_left() -> None:
-    from stepscale.analysis.document import numeric_columns, table, to_html, to_markdown
+    from stepscale.analysis.report.blocks import numeric_columns, table, to_html, to_markdown
 
     t = table(
         ["point", "steps", "B_crit", "status"],

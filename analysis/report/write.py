@@ -1,0 +1,150 @@
+"""`sweep report RUN_DIR`: fits, figures and provenance of a study → ``RUN_DIR/report/``.
+
+Files written (the same run dir always gives the same bytes: no render timestamps, sorted
+JSON keys, repr floats, fixed bootstrap seeds, deterministic PNGs):
+
+- ``index.html``: the whole report on one self-contained page (inline CSS, base64 PNGs);
+- ``report.md``: the same report in Markdown, linking ``figures/*.png``;
+- ``fits.json``: every fit; ``steps`` has the shape and field names of `sweep fit steps`;
+- ``results.nc``: the Dataset of :func:`analysis.load.load` (NetCDF, h5netcdf);
+- ``steps_to_target.csv``: one row per tune trial (columns in :data:`CSV_COLUMNS`);
+  `sweep fit steps --csv steps_to_target.csv --batch-col batch --steps-col
+  steps_to_target --horizon-col horizon --group-col group --batch-unit UNIT` reproduces
+  ``fits.json``'s ``steps``;
+- ``provenance.json``: command, config, search space, seeds, versions, git, devices,
+  storage (password redacted), times, trial counts;
+- ``figures/<name>.png``.
+
+A study with running trials, or whose run.json has no end time, gives a partial report,
+marked as such at the top of every human-readable file and by ``"partial": true``.
+
+Batch sizes, examples, B_crit, E_min and B_simple are labelled with the study's batch unit
+(``StudyAnalysis.batch_unit``: the unit space.json gives the batch axis, e.g. sequences
+for a language model, examples for the noisy quadratic model), also written as
+``batch_unit`` in fits.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscale.analysis import figures
+from stepscale.analysis.load import load, save
+from stepscale.analysis.provenance import provenance
+from stepscale.analysis.report.blocks import (
+    Block,
+    to_html,
+    to_markdown,
+)
+from stepscale.analysis.report.page import document
+from stepscale.analysis.report.tables import (
+    csv_text,
+    steps_table,
+)
+from stepscale.analysis.study import FitSettings, analyze
+from stepscale.files import write_text_atomic
+from stepscale.redact import redact
+
+
+def _json_text(obj: Any) -> str:
+    return (
+        json.dumps(_strict(obj), indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False)
+        + "\n"
+    )
+
+
+def _strict(obj: Any) -> Any:
+    """Non-finite floats → None, numpy scalars → Python (JSON must be strict)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _redact_block(b: Block) -> Block:
+    """A block with passwords redacted from its text (never from PNG bytes)."""
+    return replace(
+        b,
+        text=redact(b.text),
+        headers=tuple(map(redact, b.headers)),
+        rows=tuple(tuple(map(redact, r)) for r in b.rows),
+    )
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What `sweep report` wrote."""
+
+    report_dir: Path
+    files: tuple[str, ...]
+    figures: tuple[str, ...]
+    partial: bool
+    n_trials: int
+    targets: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary."""
+        return {
+            "report_dir": str(self.report_dir),
+            "files": list(self.files),
+            "figures": list(self.figures),
+            "partial": self.partial,
+            "n_trials": self.n_trials,
+            "targets": list(self.targets),
+        }
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    targets: Sequence[float] = (),
+    settings: FitSettings | None = None,
+) -> ReportResult:
+    """Load a run directory, fit, draw and write ``RUN_DIR/report/`` (see the module
+    docstring). Raises :class:`analysis.load.RunDirError` for unusable input."""
+    root = Path(run_dir)
+    ds = load(root)
+    a = analyze(ds, targets, settings)
+    out = root / "report"
+    figdir = out / "figures"
+    figdir.mkdir(parents=True, exist_ok=True)
+    records = figures.build(a, ds)
+    pngs = figures.render(records, figdir)
+    for stale in figdir.glob("*.png"):
+        if stale.stem not in pngs:
+            stale.unlink()
+    save(ds, out / "results.nc")
+    write_text_atomic(out / "fits.json", _json_text(a.to_dict()))
+    header, rows = steps_table(ds, a)
+    write_text_atomic(out / "steps_to_target.csv", redact(csv_text(header, rows)))
+    prov = provenance(
+        root,
+        ds,
+        {"targets": list(a.targets), "target": a.target, "settings": a.settings.to_dict()},
+    )
+    write_text_atomic(out / "provenance.json", _json_text(prov))
+    blocks = [_redact_block(b) for b in document(a, ds, prov, pngs)]
+    write_text_atomic(out / "report.md", to_markdown(blocks))
+    write_text_atomic(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))
+    files = (
+        "index.html",
+        "report.md",
+        "fits.json",
+        "results.nc",
+        "steps_to_target.csv",
+        "provenance.json",
+        *(f"figures/{n}.png" for n in pngs),
+    )
+    return ReportResult(out, files, tuple(pngs), a.partial, int(ds.sizes["trial"]), a.targets)
