@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import figures
+from stepscale.analysis.analyze import analyze
 from stepscale.analysis.load import load, save
 from stepscale.analysis.report import write_report
-from stepscale.analysis.study import analyze
 
 TARGET_S = 30.0
 

@@ -210,7 +210,7 @@ def test_parallel_parse_gives_the_same_dataset(study: Path) -> None:
     # In a fresh process without JAX (forking is refused once JAX's threads exist).
     script = (
         "import sys, xarray as xr\nfrom stepscale import analysis\n"
-        "module = sys.modules['stepscale.analysis.load']\n"
+        "module = sys.modules['stepscale.analysis.trial_files']\n"
         "sequential = analysis.load(sys.argv[1])\n"
         "module._PARALLEL_MIN_TRIALS = 1\n"
         "assert 'jax' not in sys.modules\n"

@@ -16,9 +16,9 @@ import pytest
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import figures, load
+from stepscale.analysis.analyze import analyze
 from stepscale.analysis.fit_cli import add_fit_commands, run_fit
 from stepscale.analysis.report_cli import add_report_command, run_report
-from stepscale.analysis.study import analyze
 from stepscale.sweeps.cli import main
 from stepscale.sweeps.run_cmd import prepare_study
 from stepscale.sweeps.space_doc import space_document

@@ -11,11 +11,12 @@ import xarray as xr
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import figures, load
+from stepscale.analysis.analyze import analyze
 from stepscale.analysis.figures import style
 from stepscale.analysis.figures.ablation import BestSoFarFigure
 from stepscale.analysis.figures.curves import LossStepsTokens
 from stepscale.analysis.figures.steps import StepsVsBatch
-from stepscale.analysis.study import StudyAnalysis, analyze
+from stepscale.analysis.study import StudyAnalysis
 
 BATCH_STUDY = {
     "steps_vs_batch",

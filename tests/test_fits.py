@@ -489,7 +489,7 @@ def test_a_trial_that_ended_above_its_initial_loss_counts_as_diverged_for_eta(
     from run_dirs import START_LOSS, Spec, make_run_dir
 
     from stepscale.analysis import load
-    from stepscale.analysis.study import analyze, usable_objective
+    from stepscale.analysis.analyze import analyze, usable_objective
 
     run = make_run_dir(tmp_path / "run", Spec(objective="final_eval_loss"))
     (blown,) = [

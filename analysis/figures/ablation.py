@@ -11,9 +11,10 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis.ablation import best_so_far
+from stepscale.analysis.analyze import usable_objective
 from stepscale.analysis.figures import style
 from stepscale.analysis.load import FINAL_STATES
-from stepscale.analysis.study import StudyAnalysis, usable_objective
+from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["BestSoFarFigure", "BestSoFarLine", "best_so_far_figure", "draw_best_so_far"]
 

@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from stepscale.analysis.analyze import usable_objective
 from stepscale.analysis.figures import style
 from stepscale.analysis.load import FINAL_STATES
-from stepscale.analysis.study import StudyAnalysis, usable_objective
+from stepscale.analysis.study import StudyAnalysis
 
 __all__ = [
     "LRHeatmap",

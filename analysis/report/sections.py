@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from stepscale.analysis.analyze import DROPPED
 from stepscale.analysis.report.blocks import (
     Block,
     heading,
@@ -15,7 +16,7 @@ from stepscale.analysis.report.numbers import batch_text, integer, interval, is_
 from stepscale.analysis.report.tables import (
     refit_command,
 )
-from stepscale.analysis.study import DROPPED, StudyAnalysis
+from stepscale.analysis.study import StudyAnalysis
 
 
 def group_name(g: str) -> str:

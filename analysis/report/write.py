@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from stepscale.analysis import figures
+from stepscale.analysis.analyze import analyze
 from stepscale.analysis.load import load, save
 from stepscale.analysis.provenance import provenance
 from stepscale.analysis.report.blocks import (
@@ -49,7 +50,7 @@ from stepscale.analysis.report.tables import (
     csv_text,
     steps_table,
 )
-from stepscale.analysis.study import FitSettings, analyze
+from stepscale.analysis.study import FitSettings
 from stepscale.files import write_text_atomic
 from stepscale.redact import redact
 
