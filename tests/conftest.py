@@ -41,9 +41,13 @@ _SLOWEST_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order test files slowest first, keeping each file's own order."""
+    """Order test files slowest first, keeping each file's own order; cluster tests are
+    slow tests (the fast tier, ``-m "not slow"``, leaves both out)."""
     rank = {name: i for i, name in enumerate(_SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    for item in items:
+        if item.get_closest_marker("cluster") is not None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

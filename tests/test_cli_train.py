@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import read_jsonl, without_wall
+from helpers import read_jsonl, shadowing_packages, without_wall
 
 from stepscale.sweeps.cli import main
 
@@ -162,12 +162,9 @@ def test_tokens_file_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert json.loads(out)["state"] == "complete"
 
 
+@pytest.mark.slow
 def test_console_script_runs_from_a_directory_with_its_own_models_package(tmp_path: Path) -> None:
-    for shadow in ("models", "analysis", "sweeps"):
-        (tmp_path / shadow).mkdir()
-        (tmp_path / shadow / "__init__.py").write_text(
-            "raise ImportError('user package shadowed ours')\n"
-        )
+    shadowing_packages(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     sweep = Path(sys.executable).with_name("sweep")
     res = subprocess.run(
@@ -183,6 +180,7 @@ def test_console_script_runs_from_a_directory_with_its_own_models_package(tmp_pa
     assert (tmp_path / "r" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_and_the_same_command_resumes(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     sweep = str(Path(sys.executable).with_name("sweep"))

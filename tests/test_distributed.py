@@ -125,6 +125,7 @@ def _assert_close(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> floa
     return worst
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_process_with_two_devices(tmp_path: Path) -> None:
     markov_dir, text_dir = tmp_path / "markov", tmp_path / "text"
     text = _text_file(tmp_path / "corpus.txt")

@@ -7,9 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_study import FAST, SWEEP, _env, assert_exact_budget, trials_of
 
 
+@pytest.mark.slow
 def test_two_orchestrators_share_one_study(tmp_path: Path, compile_cache):
     run_dir = tmp_path / "run"
     args = [

@@ -80,6 +80,7 @@ def assert_exact_budget(run_dir: Path, name: str, per_point: int, points: int) -
         assert all(r["state"] in ("complete", "pruned", "diverged", "failed") for r in records)
 
 
+@pytest.mark.slow
 def test_smoke_study_local_parallel_from_a_directory_with_its_own_packages(
     tmp_path: Path, compile_cache: str
 ) -> None:
@@ -147,6 +148,7 @@ def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, st
     return code, out, err
 
 
+@pytest.mark.slow
 def test_same_seed_at_parallelism_one_gives_identical_trials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -173,6 +175,7 @@ def test_same_seed_at_parallelism_one_gives_identical_trials(
     assert other != {label: [p for p, _, _ in trials] for label, trials in results[0].items()}
 
 
+@pytest.mark.slow
 def test_pruning_compares_trials_within_a_point_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -208,6 +211,7 @@ def test_pruning_compares_trials_within_a_point_only(
             ), label
 
 
+@pytest.mark.slow
 def test_extending_a_finished_study_runs_only_the_new_trials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -247,6 +251,7 @@ def _wait_for(predicate, timeout: float = 120.0) -> None:
     raise AssertionError("timed out")
 
 
+@pytest.mark.slow
 def test_killed_orchestrator_resumes_with_exact_budget(tmp_path: Path, compile_cache: str) -> None:
     run_dir = tmp_path / "k"
     args = [
@@ -277,6 +282,7 @@ def test_killed_orchestrator_resumes_with_exact_budget(tmp_path: Path, compile_c
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
 
 
+@pytest.mark.slow
 def test_killed_job_is_retried_as_the_same_trial_from_its_checkpoint(
     tmp_path: Path, compile_cache: str
 ) -> None:
@@ -325,6 +331,7 @@ def _bad(tmp_path: Path, capsys: pytest.CaptureFixture[str], *overrides: str) ->
 GRID_LR = "  lr: {path: optimizer.lr, type: categorical, choices: [0.002, 0.008, 0.03], low: null, high: null}\n"
 
 
+@pytest.mark.slow
 def test_grid_study_runs_every_grid_point_once_per_point(
     tmp_path: Path, compile_cache: str
 ) -> None:
@@ -455,6 +462,7 @@ def test_dry_run_and_cfg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     assert code == 0 and "scientific:" in out
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130_and_the_same_command_finishes_the_study(
     tmp_path: Path, compile_cache: str
 ) -> None:

@@ -103,6 +103,7 @@ def _losses(cfg) -> tuple[list[float], list[float]]:
     return train_l, eval_l
 
 
+@pytest.mark.slow
 def test_devices_and_accumulation_give_the_same_curve() -> None:
     base = dict(data__global_batch=16, train__max_steps=12, train__eval_every=4)
     ref = _losses(tiny_gpt(**base))
