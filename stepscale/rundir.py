@@ -28,6 +28,7 @@ SPACE_JSON = "space.json"  # the search space, stepscale.search_space/v1
 STUDY_JSON = "study.json"  # points in order, their Optuna study names, the study identity
 RUN_JSON = "run.json"  # provenance of the runs of the orchestrator (command, versions, git)
 JOURNAL = "study.journal"  # Optuna's journal file (the default storage)
+SQLITE_DB = "study.db"  # the SQLite file of storage=sqlite without a URL
 TRIALS_DIR = "trials"
 REPORT_DIR = "report"
 JOBS_DIR = "jobs"  # submitit's files of SLURM job arrays
@@ -43,6 +44,7 @@ METRICS_JSONL = "metrics.jsonl"  # one record per logged step (METRIC_KEYS)
 EVENTS_JSONL = "events.jsonl"  # the job's starts, resumes and stops (EVENT_KEYS)
 HEARTBEAT = "heartbeat"  # refreshed by a live job
 ORCH_HEARTBEAT = "heartbeat.orch"  # refreshed by the orchestrator that holds the trial
+JOB_HEARTBEAT = "heartbeat.job"  # the name the orchestrator's jobs give HEARTBEAT's file
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 

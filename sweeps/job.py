@@ -28,6 +28,8 @@ from stepscale.models.reporter import Action, JsonlReporter
 from stepscale.sweeps.heartbeat import JobHeartbeat
 from stepscale.sweeps.trials import TrialSpec, to_trainer_config
 
+from stepscale.rundir import EVENTS_JSONL
+
 # Trainer paths recorded before the code moved under the `stepscale` namespace.
 LEGACY_TRAINERS = {"models.train:train": "stepscale.models.train:train"}
 
@@ -102,7 +104,7 @@ def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
         "job_id": _job_id(),
         **info,
     }
-    with contextlib.suppress(OSError), open(folder / "events.jsonl", "a") as f:
+    with contextlib.suppress(OSError), open(folder / EVENTS_JSONL, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""What Optuna is told about a finished trial (DESIGN.md §3).
+"""What Optuna is told about a finished trial.
 
 For `steps_to_target` a trial that reached the target is told the step; one that did not
 gets horizon × (1 + min(excess, 1)) with excess = (best eval loss − target) / target, and

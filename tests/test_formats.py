@@ -21,7 +21,8 @@ import jsonschema
 import optuna.distributions as od
 import pytest
 import yaml
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.compose import prepare_study
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.formats import (
     EXTENSIONS,
     FORMATS,
@@ -33,9 +34,9 @@ from stepscale.sweeps.formats import (
     validate_document,
 )
 from stepscale.sweeps.formats.cli import add_format_commands, run_export, run_import
-from stepscale.sweeps.run_cmd import _check_study, prepare_study
 from stepscale.sweeps.space import build_space
 from stepscale.sweeps.space_doc import SCHEMA_TAG, dumps_stable, space_document
+from stepscale.sweeps.validate import check_study as _check_study
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -161,7 +162,9 @@ def test_builtin_studies_are_discovered() -> None:
 def test_schema_file_is_a_valid_json_schema_shipped_with_the_package() -> None:
     from importlib import resources
 
-    shipped = json.loads(resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text())
+    shipped = json.loads(
+        resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text()
+    )
     jsonschema.Draft202012Validator.check_schema(shipped)
     assert shipped == json.loads((ROOT / "sweeps" / "search_space.schema.json").read_text())
     assert shipped["properties"]["schema"]["const"] == SCHEMA_TAG

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from servers.slurm import sacct_state, squeue_ids
-from stepscale.sweeps.trials import read_json
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
+
+from stepscale.files import read_json
 
 pytestmark = pytest.mark.cluster
 

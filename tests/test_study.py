@@ -15,7 +15,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 from stepscale.sweeps.cli import main
-from stepscale.sweeps.trials import read_json
+
+from stepscale.files import read_json
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 FAST = ["train.devices=1"]

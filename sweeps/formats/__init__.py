@@ -25,8 +25,8 @@ from stepscale.sweeps.formats.common import (
     fit_trainer_types,
     loss_key,
 )
-from stepscale.sweeps.formats.document import schema, validate_document
 from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
+from stepscale.sweeps.formats.validation import schema, validate_document
 
 FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science")
 _MODULES: dict[str, ModuleType] = {

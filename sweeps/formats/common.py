@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 import yaml
-from stepscale.sweeps.space import TRAINER_PATHS
+from stepscale.sweeps.trainer_keys import TRAINER_PATHS, TRAINER_TYPES
 
 
 class FormatError(ValueError):
@@ -378,31 +378,6 @@ def is_scalar(x: Any) -> bool:
 
 
 # --- trainer key types (importers) -------------------------------------------------------
-
-
-def _trainer_types() -> dict[str, str]:
-    """Dotted trainer key → its Python type name (``int``, ``float``, ``str``, ``bool``)."""
-    import dataclasses
-
-    from stepscale.models.config import TrainerConfig
-
-    out: dict[str, str] = {}
-
-    def walk(obj: Any, prefix: str) -> None:
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-                continue
-            kinds = {t.strip() for t in str(f.type).split("|")} - {"None"}
-            if len(kinds) == 1:
-                out[f"{prefix}{f.name}"] = kinds.pop()
-
-    walk(TrainerConfig(), "")
-    return out
-
-
-TRAINER_TYPES = _trainer_types()
 
 
 def _whole(x: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from stepscale.models.config import DataConfig, TrainConfig
 from stepscale.sweeps.formats.common import unique_alias
-from stepscale.sweeps.space import TRAINER_PATHS
+from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 
 # Axes to add when a source has no scientific parameter, first free path wins: a
 # single-point grid at the trainer's default value.
