@@ -13,12 +13,14 @@ from stepscale.sweeps.errors import UsageError
 
 from stepscale.files import read_json
 from stepscale.rundir import (
+    COMPLETE,
     FAILED,
     JOB_JSON,
     ORCHESTRATOR_DIR,
     RUN_JSON,
     RUNNING,
     STATUS_JSON,
+    STOPPED,
     STUDY_JSON,
     TRAINER_FINAL_STATES,
     TRIAL_JSON,
@@ -39,16 +41,16 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     for p in study["points"]:
         row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
         row.update({s: 0 for s in STATES})
-        row["stopped"] = 0
+        row[STOPPED] = 0
         for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
             trial = read_json(trial_json, lenient=True) or {}
-            state = trial.get("state", "running")
+            state = trial.get("state", RUNNING)
             row[state] = row.get(state, 0) + 1
             status = read_json(trial_json.parent / STATUS_JSON, lenient=True) or {}
             row["steps"] += int(status.get("steps_done") or 0)
             value = trial.get("objective")
             if (
-                state == "complete"
+                state == COMPLETE
                 and value is not None
                 and (row["best"] is None or value < row["best"])
             ):
@@ -102,7 +104,7 @@ def print_status(run_dir: str, as_json: bool) -> int:
             f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
             f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
         )
-    stopped = sum(r["stopped"] for r in status["points"])
+    stopped = sum(r[STOPPED] for r in status["points"])
     if stopped:
         print(f"  {stopped} trial(s) stopped at a checkpoint: the same `sweep run` resumes them")
     return 0

@@ -19,12 +19,8 @@ from stepscale.sweeps.formats import (
     stepscale,
     wandb_sweep,
 )
-from stepscale.sweeps.formats.common import (
-    FormatError,
-    describe_losses,
-    fit_trainer_types,
-    loss_key,
-)
+from stepscale.sweeps.formats.common import FormatError, fit_trainer_types
+from stepscale.sweeps.formats.losses import describe_losses, loss_key
 from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
 from stepscale.sweeps.formats.validation import schema, validate_document
 

@@ -33,8 +33,9 @@ from stepscale.sweeps.formats.common import (
 )
 from stepscale.sweeps.space_doc import dumps_stable
 
+from stepscale.rundir import BATCH_PATH
+
 FMT = "batch_science"
-BATCH_PATH = "data.global_batch"
 _SCALE = {"linear": "LINEAR_SCALE", "log": "LOG_SCALE", "reverse_log": "REVERSE_LOG_SCALE"}
 _FROM_SCALE = {
     "": "linear",
