@@ -11,7 +11,7 @@ RUN_DIR/
   orchestrators/  orchestrator/  jobs/
   trials/<point label>/<n>/
       config.yaml  trial.json  status.json  metrics.jsonl  events.jsonl
-      heartbeat  heartbeat.orch  checkpoints/  logs/
+      heartbeat.job  heartbeat.orch  checkpoints/  logs/
   report/
 ```
 """
@@ -30,6 +30,7 @@ SPACE_JSON = "space.json"  # the search space, stepscale.search_space/v1
 STUDY_JSON = "study.json"  # points in order, their Optuna study names, the study identity
 RUN_JSON = "run.json"  # provenance of the runs of the orchestrator (command, versions, git)
 JOURNAL = "study.journal"  # Optuna's journal file (the default storage)
+SQLITE_DB = "study.db"  # the SQLite file of storage=sqlite without a URL
 TRIALS_DIR = "trials"
 REPORT_DIR = "report"
 JOBS_DIR = "jobs"  # submitit's files of SLURM job arrays
@@ -43,7 +44,7 @@ TRIAL_JSON = "trial.json"  # the orchestrator's record of a trial (TRIAL_KEYS)
 STATUS_JSON = "status.json"  # the trainer's status (STATUS_KEYS)
 METRICS_JSONL = "metrics.jsonl"  # one record per logged step (METRIC_KEYS)
 EVENTS_JSONL = "events.jsonl"  # the job's starts, resumes and stops (EVENT_KEYS)
-HEARTBEAT = "heartbeat"  # refreshed by a live job
+JOB_HEARTBEAT = "heartbeat.job"  # refreshed by a live job
 ORCH_HEARTBEAT = "heartbeat.orch"  # refreshed by the orchestrator that holds the trial
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"

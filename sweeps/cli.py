@@ -1,17 +1,16 @@
 """The `sweep` command line. Machine-readable output on stdout, progress on stderr.
 
-Exit codes: 0 success; 2 bad input (config, override, usage, unreadable file) with a
-message and no traceback; 130 on Ctrl-C after saving state; 1 internal or environment
-error with a clear message.
+Exit codes (`sweeps.errors.exit_code`): 0 success; 2 bad input (config, override, usage,
+unreadable file) with a message and no traceback; 130 on Ctrl-C after saving state; 1
+internal or environment error with a clear message. No sub-command module imports this one.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError, exit_code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,22 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "overrides", None) is None or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    try:
-        return _dispatch(args, argv)
-    except UsageError as exc:
-        print(f"sweep: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("sweep: interrupted; state saved — run the same command to resume", file=sys.stderr)
-        return 130
-    except OSError as exc:
-        if exc.errno == errno.ENOSPC:
-            print(
-                f"sweep: error: disk full ({exc.filename or ''}); nothing saved was lost",
-                file=sys.stderr,
-            )
-            return 1
-        raise
+    return exit_code(lambda: _dispatch(args, argv))
 
 
 if __name__ == "__main__":

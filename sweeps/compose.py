@@ -13,12 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from stepscale.sweeps import schema
+from stepscale.sweeps.errors import UsageError
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-class UsageError(Exception):
-    """Bad input from the user: the CLI prints the message and exits with code 2."""
 
 
 def conf_dir() -> Path:
@@ -52,6 +49,17 @@ def compose_config(
     with open_struct_free(cfg):
         del cfg["hydra"]
     return cfg, choices  # type: ignore[return-value]
+
+
+def prepare_study(
+    overrides: list[str], config_dir: str | None
+) -> tuple[Any, schema.StudyConfig, dict[str, Any]]:
+    """Compose and type a study's config; fills the default name from the conf preset.
+    Returns (composed config, typed config, Hydra's group choices)."""
+    raw, choices = compose_config(overrides, config_dir)
+    if raw.name is None:
+        raw.name = choices["conf"]
+    return raw, to_object(raw), choices
 
 
 class open_struct_free:

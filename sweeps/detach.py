@@ -10,37 +10,52 @@ running. Nothing depends on the login session that submitted it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import submitit
 
-from stepscale.models.reporter import write_json_atomic
-from stepscale.sweeps.compose import UsageError
+from stepscale.files import write_json_atomic
+from stepscale.rundir import JOB_JSON, ORCHESTRATOR_DIR
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.trials import now_iso
 
-ORCHESTRATOR_DIR = "orchestrator"
-
 
 class OrchestratorJob(submitit.helpers.Checkpointable):
-    """Runs `sweep run` with the given arguments inside a SLURM job."""
+    """Runs `sweep run` with the given arguments inside a SLURM job. ``run`` is the
+    command (`sweeps.run_cmd.run_orchestrator`, handed over by its caller so that this
+    module needs nothing of the command line): arguments in, exit code out."""
+
+    def __init__(self, run: Callable[[list[str]], int]) -> None:
+        self.run = run
 
     def __call__(self, args: list[str], cwd: str) -> int:
-        from stepscale.sweeps.cli import main
-
         os.chdir(cwd)
         os.environ["STEPSCALE_ORCHESTRATOR_JOB"] = os.environ.get("SLURM_JOB_ID", "")
-        code = main(["run", *args])
+        code = self.run(args)
         if code != 0:
             raise RuntimeError(f"sweep run ended with exit code {code}; see the log above")
         return code
 
 
+def split_args(args: list[str]) -> tuple[list[str], str | None]:
+    """(overrides, config dir) of the arguments `submit_orchestrator` gives the job."""
+    if args[:1] == ["--config-dir"]:
+        return list(args[2:]), args[1]
+    return list(args), None
+
+
 def submit_orchestrator(
-    cfg: StudyConfig, run_dir: Path, overrides: list[str], config_dir: str | None
+    cfg: StudyConfig,
+    run_dir: Path,
+    overrides: list[str],
+    config_dir: str | None,
+    run: Callable[[list[str]], int],
 ) -> dict[str, Any]:
-    """Submit the orchestrator job; returns what was submitted (also written to
+    """Submit the orchestrator job, which calls ``run`` with the `sweep run` arguments of
+    this study; returns what was submitted (also written to
     ``<run dir>/orchestrator/job.json``)."""
     if cfg.launcher.name != "slurm":
         raise UsageError(
@@ -76,7 +91,7 @@ def submit_orchestrator(
         params["additional_parameters"] = dict(oc.additional)
     executor.update_parameters(**params)
     try:
-        job = executor.submit(OrchestratorJob(), args, os.getcwd())
+        job = executor.submit(OrchestratorJob(run), args, os.getcwd())
     except Exception as exc:  # sbatch missing or refusing the job
         message = str(exc).strip().splitlines()
         raise UsageError(
@@ -89,5 +104,5 @@ def submit_orchestrator(
         "cwd": os.getcwd(),
         "log": str(folder / f"{job.job_id}_0_log.out"),
     }
-    write_json_atomic(folder / "job.json", record)
+    write_json_atomic(folder / JOB_JSON, record)
     return record

@@ -19,26 +19,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stepscale.files import read_json, write_text_atomic
+from stepscale.rundir import JOB_HEARTBEAT, ORCH_HEARTBEAT
+
 HOST = socket.gethostname()
 
 
 def write(path: Path, **info: Any) -> None:
     """Refresh one heartbeat file (atomic replace)."""
     record = {"time": time.time(), "host": HOST, "pid": os.getpid(), **info}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a heartbeat is advisory; a full disk is reported elsewhere
+    with contextlib.suppress(OSError):  # a heartbeat is advisory; a full disk is reported elsewhere
+        write_text_atomic(path, json.dumps(record))
 
 
 def read(path: Path) -> dict[str, Any] | None:
-    """A heartbeat record, or None."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """A heartbeat record, or None (missing, or being written by another process)."""
+    return read_json(path, lenient=True)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -60,16 +56,38 @@ def fresh(record: dict[str, Any] | None, timeout_s: float) -> bool:
 
 def trial_alive(folder: Path, timeout_s: float) -> bool:
     """Is anyone (job or owning orchestrator) still working on the trial in ``folder``?"""
-    return fresh(read(folder / "heartbeat.job"), timeout_s) or fresh(
-        read(folder / "heartbeat.orch"), timeout_s
+    return fresh(read(folder / JOB_HEARTBEAT), timeout_s) or fresh(
+        read(folder / ORCH_HEARTBEAT), timeout_s
     )
+
+
+def hold(folder: Path, owner: str) -> None:
+    """Refresh the orchestrator's heartbeat of the trial in ``folder``: ``owner`` holds it,
+    and other orchestrators keep off it."""
+    write(folder / ORCH_HEARTBEAT, owner=owner)
+
+
+def let_go(folder: Path) -> None:
+    """Drop the orchestrator's heartbeat of the trial in ``folder``: nobody holds it."""
+    (folder / ORCH_HEARTBEAT).unlink(missing_ok=True)
+
+
+def owner_alive(folder: Path, timeout_s: float) -> bool:
+    """Is the orchestrator that holds the trial in ``folder`` alive (and waiting for it)?"""
+    return fresh(read(folder / ORCH_HEARTBEAT), timeout_s)
+
+
+def job_step(folder: Path) -> int:
+    """The step the job of the trial in ``folder`` last reported (0 if none)."""
+    beat = read(folder / JOB_HEARTBEAT)
+    return int(beat.get("step", 0)) if beat else 0
 
 
 class JobHeartbeat:
     """A daemon thread refreshing ``heartbeat.job`` every ``every_s`` with the current step."""
 
     def __init__(self, folder: Path, every_s: float = 5.0, active: bool = True) -> None:
-        self.path = folder / "heartbeat.job"
+        self.path = folder / JOB_HEARTBEAT
         self.every_s = every_s
         self.active = active  # False in the other tasks of a multi-process trial
         self.step = 0

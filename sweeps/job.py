@@ -26,6 +26,7 @@ from typing import Any
 import submitit
 
 from stepscale.models.reporter import Action, JsonlReporter
+from stepscale.rundir import EVENTS_JSONL
 from stepscale.sweeps.heartbeat import JobHeartbeat
 from stepscale.sweeps.trials import TrialSpec, to_trainer_config
 
@@ -104,7 +105,7 @@ def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
         "job_id": _job_id(),
         **info,
     }
-    with contextlib.suppress(OSError), open(folder / "events.jsonl", "a") as f:
+    with contextlib.suppress(OSError), open(folder / EVENTS_JSONL, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
 
 

@@ -28,7 +28,8 @@ from typing import Any
 
 import submitit
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.rundir import LOGS_DIR
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import LauncherConfig
 
 LAUNCHERS = ("local", "slurm", "inline")
@@ -145,7 +146,7 @@ class Launcher:
         (``files``: its submitit folder, when not ``folder/logs``, as for an array task)."""
         if self.cfg.name != "slurm":
             return None
-        job = submitit.SlurmJob(folder=files or folder / "logs", job_id=job_id)
+        job = submitit.SlurmJob(folder=files or folder / LOGS_DIR, job_id=job_id)
         if job.done(force_check=True) and not slurm_job_active(job_id):
             return None
         return JobHandle(job, inline=False)
@@ -193,7 +194,7 @@ class Launcher:
                     f"{(slot + 1) * k} GPUs, this machine shows {len(ids)}; lower parallelism"
                 )
             gpus = ids[slot * k : (slot + 1) * k]
-        executor = self._executor(folder / "logs", name, gpus)
+        executor = self._executor(folder / LOGS_DIR, name, gpus)
         env: dict[str, str] = {}
         # sbatch from inside a SLURM job (a detached orchestrator) must not pass that job's
         # SLURM_* settings on: srun in the trial's job would read them as its own.
@@ -229,7 +230,7 @@ class Launcher:
         ):
             jobs = [executor.submit(r.fn, *r.args) for r in requests]
         for request, job in zip(requests, jobs, strict=True):
-            _link_logs(job, request.folder / "logs")
+            _link_logs(job, request.folder / LOGS_DIR)
         return [JobHandle(job, inline=False) for job in jobs]
 
 

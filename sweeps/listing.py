@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscale.sweeps.compose import UsageError, conf_dir
+from stepscale.sweeps.compose import conf_dir
+from stepscale.sweeps.errors import UsageError
 
 
 def _describe(path: Path) -> tuple[str, str]:

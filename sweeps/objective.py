@@ -1,4 +1,4 @@
-"""What Optuna is told about a finished trial (DESIGN.md §3).
+"""What Optuna is told about a finished trial.
 
 For `steps_to_target` a trial that reached the target is told the step; one that did not
 gets horizon × (1 + min(excess, 1)) with excess = (best eval loss − target) / target, and
@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from stepscale.rundir import DIVERGED
+
 OBJECTIVES = ("steps_to_target", "final_eval_loss", "min_eval_loss")
 
 
@@ -20,7 +22,7 @@ def objective_value(kind: str, status: dict[str, Any], initial_loss: float | Non
     state = status["state"]
     horizon = float(status["horizon_steps"])
     if kind == "steps_to_target":
-        if state == "diverged":
+        if state == DIVERGED:
             return 2.0 * horizon
         if status.get("steps_to_target") is not None:
             return float(status["steps_to_target"])
@@ -30,7 +32,7 @@ def objective_value(kind: str, status: dict[str, Any], initial_loss: float | Non
             1.0 if best is None or not math.isfinite(best) else max(0.0, (best - target) / target)
         )
         return horizon * (1.0 + min(excess, 1.0))
-    if state == "diverged":
+    if state == DIVERGED:
         return float(initial_loss) if initial_loss is not None else 1e30
     key = "final_eval_loss" if kind == "final_eval_loss" else "best_eval_loss"
     value = status.get(key)

@@ -17,15 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepscale.models.reporter import write_json_atomic
+from stepscale.files import read_json, write_json_atomic
+from stepscale.rundir import ORCHESTRATORS_DIR, STOP_JSON
 from stepscale.sweeps import heartbeat
-from stepscale.sweeps.trials import read_json
-
-STOP_FILE = "stop.json"
 
 
 def _folder(run_dir: Path) -> Path:
-    return run_dir / "orchestrators"
+    return run_dir / ORCHESTRATORS_DIR
 
 
 def register(run_dir: Path, owner: str, started: float) -> Path:
@@ -55,7 +53,7 @@ def live(run_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
     process exists)."""
     out = []
     for path in sorted(_folder(run_dir).glob("*.json")):
-        record = read_json(path)
+        record = read_json(path, lenient=True)
         if record is not None and heartbeat.fresh(record, timeout_s):
             out.append(record)
     return out
@@ -68,11 +66,11 @@ def request_stop(run_dir: Path) -> dict[str, Any]:
     except (KeyError, OSError):
         user = "?"
     request = {"time": time.time(), "by": f"{user}@{heartbeat.HOST}"}
-    write_json_atomic(run_dir / STOP_FILE, request)
+    write_json_atomic(run_dir / STOP_JSON, request)
     return request
 
 
 def stop_requested(run_dir: Path, started: float) -> bool:
     """Has a stop been asked for since an orchestrator started at ``started``?"""
-    request = read_json(run_dir / STOP_FILE)
+    request = read_json(run_dir / STOP_JSON, lenient=True)
     return request is not None and float(request.get("time", 0)) >= started

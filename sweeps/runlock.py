@@ -17,12 +17,14 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from stepscale.rundir import RUN_LOCK
+
 
 class RunLock:
     """An exclusive, re-entrant (within one object) lock on a run dir."""
 
     def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / ".orchestrator.lock"
+        self.path = run_dir / RUN_LOCK
         self._fd: int | None = None
         self._depth = 0
 

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import optuna.distributions as od
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import PrunerConfig, SamplerConfig
 
 SAMPLERS = ("tpe", "qmc", "random", "grid", "gp")

@@ -1,15 +1,11 @@
 """The asynchronous scheduler: keep `parallelism` trials in flight across all points,
 refill a slot the moment any trial ends, tell Optuna each result exactly once.
 
-Every point is its own Optuna study in one storage. The budget of a point counts trials
-in a final state (complete, pruned, diverged, failed) plus those running. Points are
-served fewest-trials-first, so early results cover every batch size. A crashed job is
-resubmitted as the same Optuna trial (resuming from its checkpoint) until `retries` run
-out. Trials left RUNNING by a dead orchestrator are adopted: finished ones are told from
-their status.json, dead ones re-run from their checkpoints, live ones (another
-orchestrator's, or a job that outlived its orchestrator) are waited for; a SLURM job whose
-orchestrator died (e.g. a detached orchestrator requeued at its time limit) is taken over
-while it is still queued or running.
+Every point is its own Optuna study in one storage, served fewest-trials-first up to its
+budget (`sweeps.budget`). A crashed job is resubmitted as the same Optuna trial (resuming
+from its checkpoint) until `retries` run out. Trials left RUNNING by a dead orchestrator
+are adopted (`sweeps.adoption`); how a trial ended is told and recorded by
+`sweeps.outcomes`.
 
 Several orchestrators may share a study: each decision that reads and then writes the
 study (ask, adopt, tell) happens under the run dir's lock (`sweeps.runlock`), so together
@@ -18,58 +14,41 @@ they run exactly the budget. `sweep stop` (`sweeps.orchestrators`) ends them cle
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
-from stepscale.sweeps import heartbeat, orchestrators
+from stepscale.files import read_json
+from stepscale.rundir import FAILED, JOBS_DIR, LOGS_DIR, RUNNING, STOPPED, TRIAL_JSON, trial_dir
+from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcomes
 from stepscale.sweeps.job import TrialJob
 from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher
-from stepscale.sweeps.objective import objective_value
+from stepscale.sweeps.point_stats import PointStats, point_stats
 from stepscale.sweeps.runlock import RunLock
 from stepscale.sweeps.samplers import derived_seed, make_sampler
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.trial_records import adopted_record, jsonable, trial_record
 from stepscale.sweeps.trials import (
     TrialSpec,
     now_iso,
-    read_json,
     trial_config,
-    trial_dir,
     write_config_yaml,
     write_trial_json,
 )
 
-FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Optuna's own handler keeps the stderr object it first saw; propagating to the root
 # logger (whose last-resort handler writes to the current sys.stderr) is sturdier.
 optuna.logging.disable_default_handler()
 optuna.logging.enable_propagation()
-TRIAL_STATES = ("complete", "pruned", "diverged", "failed")
-FINISHED = ("complete", "pruned", "diverged")  # a trainer status that ends a trial
-
-
-@dataclass
-class Running:
-    """A trial this orchestrator has a job for."""
-
-    point: Point
-    trial_id: int
-    number: int
-    folder: Path
-    spec: TrialSpec
-    handle: JobHandle
-    record: dict[str, Any]
 
 
 @dataclass
@@ -85,17 +64,10 @@ class Prepared:
 
 
 @dataclass
-class PointStats:
-    """What the progress display shows for a point."""
+class Running(Prepared):
+    """A trial this orchestrator has a job for."""
 
-    label: str
-    budget: int
-    counts: dict[str, int] = field(default_factory=dict)
-    best: float | None = None
-    steps: int = 0  # optimizer steps trained
-    consumed: int = (
-        0  # budget used: a finished trial uses its whole horizon, however early it ended
-    )
+    handle: JobHandle
 
 
 class Scheduler:
@@ -137,67 +109,16 @@ class Scheduler:
         )
         if "point" not in study.user_attrs:
             study.set_user_attr("point", point.label)
-            study.set_user_attr("values", {k: _jsonable(v) for k, v in point.values.items()})
+            study.set_user_attr("values", {k: jsonable(v) for k, v in point.values.items()})
         return study
 
     def _trials(self, point: Point) -> list[FrozenTrial]:
         return self.studies[point.label].get_trials(deepcopy=False)
 
-    # -------------------------------------------------------------- budget
-    def _needs(self, point: Point, trials: list[FrozenTrial]) -> str | None:
-        """'tune' or 'confirm' if the point needs another trial now, else None."""
-        budget = self.cfg.budget
-        tune = [
-            t
-            for t in trials
-            if t.user_attrs.get("kind", "tune") == "tune" and t.state != TrialState.WAITING
-        ]
-        if len(tune) < budget.trials_per_point:
-            return "tune"
-        if budget.confirm_seeds <= 0 or any(t.state not in FINAL for t in tune):
-            return None
-        confirm = [
-            t
-            for t in trials
-            if t.user_attrs.get("kind") == "confirm" and t.state != TrialState.WAITING
-        ]
-        if len(confirm) < budget.confirm_seeds and self._best_tune(tune) is not None:
-            return "confirm"
-        return None
-
-    @staticmethod
-    def _best_tune(tune: list[FrozenTrial]) -> FrozenTrial | None:
-        done = [
-            t
-            for t in tune
-            if t.state == TrialState.COMPLETE and t.user_attrs.get("state") != "diverged"
-        ]
-        return min(done, key=lambda t: (t.value, t.number)) if done else None
-
-    def _pick_point(self) -> tuple[Point, str] | None:
-        """The point with the fewest trials that still needs one (ties: grid order)."""
-        best: tuple[int, int, Point, str] | None = None
-        for point in self.space.points:
-            trials = self._trials(point)
-            kind = self._needs(point, trials)
-            if kind is None:
-                continue
-            key = (len([t for t in trials if t.state != TrialState.WAITING]), point.index)
-            if best is None or key < best[:2]:
-                best = (*key, point, kind)
-        return (best[2], best[3]) if best else None
-
     def _finished(self) -> bool:
-        if self.running:
-            return False
-        for point in self.space.points:
-            trials = self._trials(point)
-            if (
-                any(t.state == TrialState.RUNNING for t in trials)
-                or self._needs(point, trials) is not None
-            ):
-                return False
-        return True
+        return not self.running and budget.all_done(
+            self.space.points, self._trials, self.cfg.budget
+        )
 
     # ------------------------------------------------------------ submit
     def _ask(self, point: Point, kind: str) -> Prepared:
@@ -206,7 +127,7 @@ class Scheduler:
         trials = self._trials(point)
         if kind == "confirm":
             tune = [t for t in trials if t.user_attrs.get("kind", "tune") == "tune"]
-            best = self._best_tune(tune)
+            best = budget.best_tune(tune)
             k = 1 + len([t for t in trials if t.user_attrs.get("kind") == "confirm"])
             study.enqueue_trial(
                 best.params, user_attrs={"kind": "confirm", "seed": self.cfg.seed + k}
@@ -233,33 +154,20 @@ class Scheduler:
         """Write a trial's folder (config, trial.json, the orchestrator's heartbeat, which
         keeps other orchestrators off it) and its job's spec; :meth:`_launch` submits it."""
         folder = trial_dir(self.run_dir, point.label, trial.number)
+        previous = read_json(folder / TRIAL_JSON, lenient=True) or {}
+        record = trial_record(
+            self.cfg, self.space, point, trial,
+            state=RUNNING, objective=None, attempts=attempt, orchestrator=self.owner,
+            started=previous.get("started", now_iso()), ended=None,
+        )  # fmt: skip
+        if previous.get("failures"):
+            record["failures"] = previous["failures"]  # errors of earlier attempts (retried)
         nuisance = self.space.trainer_values(point.label, trial.params)
-        seed = int(trial.user_attrs.get("seed", self.cfg.seed))
-        tree = trial_config(self.cfg, self.space, point, nuisance, seed, folder)
+        tree = trial_config(self.cfg, self.space, point, nuisance, record["seed"], folder)
         write_config_yaml(folder, tree)
-        previous = read_json(folder / "trial.json") or {}
-        failures = previous.get("failures")
-        record = {
-            "trial": f"{point.label}/{trial.number}",
-            "point": point.label,
-            "number": trial.number,
-            "kind": trial.user_attrs.get("kind", "tune"),
-            "seed": seed,
-            "scientific": {k: _jsonable(v) for k, v in point.values.items()},
-            "nuisance": {k: _jsonable(v) for k, v in nuisance.items()},
-            "fixed": {a: _jsonable(v) for a, (_, v) in self.space.fixed.items()},
-            "state": "running",
-            "objective": None,
-            "attempts": attempt,
-            "orchestrator": self.owner,
-            "started": previous.get("started", now_iso()),
-            "ended": None,
-        }
-        if failures:
-            record["failures"] = failures  # errors of earlier attempts (retried)
         write_trial_json(folder, record)
         spec = self._spec(point, trial, folder, tree, attempt, record["kind"])
-        heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
+        heartbeat.hold(folder, self.owner)
         return Prepared(point, trial._trial_id, trial.number, folder, spec, record)
 
     def _launch(self, batch: list[Prepared]) -> None:
@@ -269,16 +177,14 @@ class Scheduler:
             for p in batch
         ]
         handles = self.launcher.submit_together(
-            requests, self.run_dir / "jobs", name=f"{self.cfg.name}:{len(batch)} trials"
+            requests, self.run_dir / JOBS_DIR, name=f"{self.cfg.name}:{len(batch)} trials"
         )
         for p, handle in zip(batch, handles, strict=True):
             p.record["job_id"] = handle.job_id
-            if handle.files != p.folder / "logs":
+            if handle.files != p.folder / LOGS_DIR:
                 p.record["job_files"] = str(handle.files.resolve())
             write_trial_json(p.folder, p.record)
-            self.running[p.trial_id] = Running(
-                p.point, p.trial_id, p.number, p.folder, p.spec, handle, p.record
-            )
+            self.running[p.trial_id] = Running(**vars(p), handle=handle)
 
     def _spec(
         self,
@@ -312,13 +218,11 @@ class Scheduler:
                 continue
             del self.running[trial_id]
             ok, result = run.handle.outcome()
-            status = result if ok and isinstance(result, dict) else None
-            if status is not None and status.get("state") in FINISHED:
+            status = outcomes.final_status(ok, result)
+            if status is not None:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
                 continue
-            error = (
-                f"{type(result).__name__}: {result}" if not ok else f"unexpected result {result!r}"
-            )
+            error = outcomes.job_error(ok, result)
             if run.record["attempts"] <= self.cfg.retries:
                 # Kept for the user: why this trial needed another job.
                 run.record["failures"] = [*run.record.get("failures", []), error[:2000]]
@@ -338,30 +242,14 @@ class Scheduler:
         error: str | None = None,
     ) -> None:
         """Tell Optuna (once) and record the trial's true end."""
+        state = status["state"] if status else FAILED
         study = self.studies[point.label]
-        state = status["state"] if status else "failed"
-        value = None
         with self.lock:
-            frozen = self.storage.get_trial(trial_id)
-            if frozen.state == TrialState.RUNNING:
-                self.storage.set_trial_user_attr(trial_id, "state", state)
-                if state == "pruned":
-                    study.tell(frozen.number, state=TrialState.PRUNED)
-                elif state == "failed":
-                    study.tell(frozen.number, state=TrialState.FAIL)
-                else:
-                    value = objective_value(self.cfg.objective.kind, status, _initial_loss(folder))
-                    study.tell(frozen.number, value)
-                self.told += 1
-            else:  # told already (by another orchestrator, or one that died): keep its verdict
-                value = frozen.value
-        record.update(state=state, objective=value, ended=now_iso())
-        if error:
-            record["error"] = error[:2000]
-        write_trial_json(folder, record)
-        if not self.cfg.keep_checkpoints:
-            shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-        (folder / "heartbeat.orch").unlink(missing_ok=True)
+            value, told = outcomes.tell_once(
+                study, self.storage, trial_id, state, status, folder, self.cfg.objective.kind
+            )
+        self.told += told
+        outcomes.record_end(folder, record, state, value, error, self.cfg.keep_checkpoints)
 
     # ------------------------------------------------------------- adopt
     def _adopt(self) -> None:
@@ -369,65 +257,28 @@ class Scheduler:
         run by another live one)."""
         timeout = self.cfg.heartbeat_timeout_s
         with self.lock:
-            for point in self.space.points:
-                for trial in self._trials(point):
-                    if trial.state != TrialState.RUNNING or trial._trial_id in self.running:
-                        continue
-                    folder = trial_dir(self.run_dir, point.label, trial.number)
-                    status = read_json(folder / "status.json")
-                    record = read_json(folder / "trial.json") or {"attempts": 0}
-                    if status and status.get("state") in FINISHED:
-                        record = self._record_for(point, trial, record)
-                        self._finalize(point, trial._trial_id, folder, status, record)
-                    elif heartbeat.fresh(heartbeat.read(folder / "heartbeat.orch"), timeout):
-                        continue  # its orchestrator is alive and waits for it
-                    elif self._take_over(point, trial, folder, record):
-                        continue
-                    elif not heartbeat.trial_alive(folder, timeout):
-                        # Stopped on request (`sweep stop`, Ctrl-C): not a failed attempt.
-                        attempts = int(record.get("attempts", 0))
-                        again = record.get("state") == "stopped" and attempts > 0
-                        self._submit(point, trial, attempt=attempts if again else attempts + 1)
+            for o in adoption.orphans(self.space.points, self._trials, self.running, self.run_dir):
+                trial_id = o.trial._trial_id
+                if o.finished:
+                    record = adopted_record(self.cfg, self.space, o.point, o.trial, o.record)
+                    self._finalize(o.point, trial_id, o.folder, o.status, record)
+                elif heartbeat.owner_alive(o.folder, timeout):
+                    continue  # its orchestrator is alive and waits for it
+                elif (handle := adoption.live_job(self.launcher, o.folder, o.record)) is not None:
+                    self._take_over(o, handle)
+                elif not heartbeat.trial_alive(o.folder, timeout):
+                    self._submit(o.point, o.trial, attempt=adoption.resume_attempt(o.record))
 
-    def _take_over(
-        self, point: Point, trial: FrozenTrial, folder: Path, record: dict[str, Any]
-    ) -> bool:
-        """Own the SLURM job of a trial whose orchestrator died, if it is still queued or
-        running (so it is neither waited on blindly nor run twice)."""
-        job_id = record.get("job_id")
-        if self.cfg.launcher.name != "slurm" or not job_id or "trial" not in record:
-            return False
-        files = record.get("job_files")
-        handle = self.launcher.attach(folder, str(job_id), Path(files) if files else None)
-        if handle is None:
-            return False
-        heartbeat.write(folder / "heartbeat.orch", owner=self.owner)
+    def _take_over(self, o: adoption.Orphan, handle: JobHandle) -> None:
+        """Own the still-live SLURM job of a trial whose orchestrator died."""
+        heartbeat.hold(o.folder, self.owner)
         # The job runs with the spec it was submitted with; this one is for bookkeeping.
-        attempt = int(record.get("attempts", 1))
-        spec = self._spec(point, trial, folder, {}, attempt, record.get("kind", "tune"))
-        self.running[trial._trial_id] = Running(
-            point, trial._trial_id, trial.number, folder, spec, handle, record
+        attempt = int(o.record.get("attempts", 1))
+        spec = self._spec(o.point, o.trial, o.folder, {}, attempt, o.record.get("kind", "tune"))
+        trial_id = o.trial._trial_id
+        self.running[trial_id] = Running(
+            o.point, trial_id, o.trial.number, o.folder, spec, o.record, handle
         )
-        return True
-
-    def _record_for(
-        self, point: Point, trial: FrozenTrial, record: dict[str, Any]
-    ) -> dict[str, Any]:
-        if "trial" in record:
-            return record
-        nuisance = self.space.trainer_values(point.label, trial.params)
-        return {
-            "trial": f"{point.label}/{trial.number}",
-            "point": point.label,
-            "number": trial.number,
-            "kind": trial.user_attrs.get("kind", "tune"),
-            "seed": int(trial.user_attrs.get("seed", self.cfg.seed)),
-            "scientific": {k: _jsonable(v) for k, v in point.values.items()},
-            "nuisance": {k: _jsonable(v) for k, v in nuisance.items()},
-            "fixed": {a: _jsonable(v) for a, (_, v) in self.space.fixed.items()},
-            "attempts": 1,
-            "started": None,
-        }
 
     # --------------------------------------------------------------- loop
     def _beat(self) -> None:
@@ -437,39 +288,12 @@ class Scheduler:
         self._last_orch_beat = now
         orchestrators.register(self.run_dir, self.owner, self.started)
         for run in self.running.values():
-            heartbeat.write(run.folder / "heartbeat.orch", owner=self.owner)
+            heartbeat.hold(run.folder, self.owner)
 
     def stats(self) -> list[PointStats]:
         """Per-point counts, best objective and steps spent (for progress and summaries)."""
-        out = []
-        budget = self.cfg.budget.trials_per_point + self.cfg.budget.confirm_seeds
-        for point in self.space.points:
-            st = PointStats(point.label, budget, {s: 0 for s in ("running", *TRIAL_STATES)})
-            for t in self._trials(point):
-                if t.state == TrialState.WAITING:
-                    continue
-                folder = trial_dir(self.run_dir, point.label, t.number)
-                if t.state == TrialState.RUNNING:
-                    st.counts["running"] += 1
-                    beat = heartbeat.read(folder / "heartbeat.job")
-                    st.steps += int(beat.get("step", 0)) if beat else 0
-                    st.consumed += int(beat.get("step", 0)) if beat else 0
-                    continue
-                state = {TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}.get(
-                    t.state, t.user_attrs.get("state", "complete")
-                )
-                st.counts[state] = st.counts.get(state, 0) + 1
-                status = read_json(folder / "status.json") or {}
-                st.steps += int(status.get("steps_done") or 0)
-                st.consumed += self.horizons[point.label]
-                if (
-                    t.state == TrialState.COMPLETE
-                    and state != "diverged"
-                    and (st.best is None or t.value < st.best)
-                ):
-                    st.best = t.value
-            out.append(st)
-        return out
+        per_point = self.cfg.budget.trials_per_point + self.cfg.budget.confirm_seeds
+        return point_stats(self.space.points, self._trials, self.run_dir, self.horizons, per_point)
 
     def run(self) -> list[PointStats]:
         """Run until every point has its budget of finished trials."""
@@ -490,7 +314,9 @@ class Scheduler:
                 try:
                     while len(self.running) + len(batch) < self.cfg.parallelism:
                         with self.lock:
-                            choice = self._pick_point()
+                            choice = budget.pick_point(
+                                self.space.points, self._trials, self.cfg.budget
+                            )
                             if choice is None:
                                 break
                             batch.append(self._ask(*choice))
@@ -521,14 +347,12 @@ class Scheduler:
         drop our heartbeat, so the next run submits them at once as the same attempt."""
         for p in batch:
             if "job_id" not in p.record:
-                p.record["state"] = "stopped"
-                write_trial_json(p.folder, p.record)
-                (p.folder / "heartbeat.orch").unlink(missing_ok=True)
+                self._mark_stopped(p)
 
-    def _mark_stopped(self, run: Running) -> None:
-        run.record["state"] = "stopped"
+    def _mark_stopped(self, run: Prepared) -> None:
+        run.record["state"] = STOPPED
         write_trial_json(run.folder, run.record)
-        (run.folder / "heartbeat.orch").unlink(missing_ok=True)
+        heartbeat.let_go(run.folder)
 
     def _stop(self) -> None:
         """`sweep stop`: submit nothing more; every running trial job checkpoints at its
@@ -543,8 +367,9 @@ class Scheduler:
             self.launcher.refresh(force=True)
         for trial_id, run in list(self.running.items()):
             ok, result = run.handle.outcome() if run.handle.done() else (False, None)
-            if ok and isinstance(result, dict) and result.get("state") in FINISHED:
-                self._finalize(run.point, trial_id, run.folder, result, run.record)
+            status = outcomes.final_status(ok, result)
+            if status is not None:
+                self._finalize(run.point, trial_id, run.folder, status, run.record)
             else:
                 self._mark_stopped(run)
 
@@ -565,30 +390,4 @@ class Scheduler:
                 run.handle.cancel()
                 self._mark_stopped(run)
             else:
-                (run.folder / "heartbeat.orch").unlink(missing_ok=True)
-
-
-def _initial_loss(folder: Path) -> float | None:
-    """The step-0 eval loss of a trial, from its metrics."""
-    try:
-        with open(folder / "metrics.jsonl") as f:
-            first = f.readline()
-    except OSError:
-        return None
-    record = read_json_line(first)
-    value = record.get("eval_loss") if record else None
-    return float(value) if value is not None else None
-
-
-def read_json_line(line: str) -> dict[str, Any] | None:
-    """One JSONL record, or None."""
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    return str(value)
+                heartbeat.let_go(run.folder)

@@ -2,7 +2,7 @@
 
 The root is the trainer's config (`models.config.TrainerConfig`: model, data, optimizer,
 schedule, train) plus the study: scientific × nuisance × fixed parameters, budget,
-objective, sampler, pruner, launcher and storage (DESIGN.md §3). `sweep train` reads only
+objective, sampler, pruner, launcher and storage (docs/search-space.md). `sweep train` reads only
 the trainer part; `sweep run` reads everything.
 """
 
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from hydra.core.config_store import ConfigStore
 
 from stepscale.models.config import TrainerConfig
 
@@ -183,5 +181,8 @@ class StudyConfig(TrainerConfig):
 
 
 def register() -> None:
-    """Register the root schema (idempotent)."""
+    """Register the root schema (idempotent). Hydra is imported here, not at the top, so
+    that a trial job, which reads these dataclasses, never imports it."""
+    from hydra.core.config_store import ConfigStore
+
     ConfigStore.instance().store(name=SCHEMA_NAME, node=StudyConfig)

@@ -8,7 +8,6 @@ Optuna as ``1 − x`` on a log scale under the name ``<alias>__1m`` and mapped b
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import re
@@ -17,9 +16,9 @@ from typing import Any
 
 import optuna.distributions as od
 
-from stepscale.models.config import TrainerConfig
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import NuisanceParam, StudyConfig
+from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 
 SCALES = ("linear", "log", "reverse_log")
 TYPES = ("float", "int", "categorical")
@@ -82,25 +81,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value)) if abs(value) < 1e15 else repr(value)
     return str(value)
-
-
-def _trainer_paths() -> set[str]:
-    """Every settable dotted key of the trainer config."""
-    paths = set()
-
-    def walk(obj: Any, prefix: str) -> None:
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-            else:
-                paths.add(f"{prefix}{f.name}")
-
-    walk(TrainerConfig(), "")
-    return paths - {"name", "run_dir"}
-
-
-TRAINER_PATHS = frozenset(_trainer_paths())
 
 
 def _check_path(kind: str, alias: str, path: str) -> None:

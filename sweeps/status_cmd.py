@@ -8,18 +8,31 @@ import math
 from pathlib import Path
 from typing import Any
 
+from stepscale.files import read_json
+from stepscale.rundir import (
+    COMPLETE,
+    FAILED,
+    JOB_JSON,
+    ORCHESTRATOR_DIR,
+    RUN_JSON,
+    RUNNING,
+    STATUS_JSON,
+    STOPPED,
+    STUDY_JSON,
+    TRAINER_FINAL_STATES,
+    TRIAL_JSON,
+    TRIALS_DIR,
+)
 from stepscale.sweeps import orchestrators
-from stepscale.sweeps.compose import UsageError
-from stepscale.sweeps.detach import ORCHESTRATOR_DIR
-from stepscale.sweeps.trials import read_json
+from stepscale.sweeps.errors import UsageError
 
-STATES = ("running", "complete", "pruned", "diverged", "failed")
+STATES = (RUNNING, *TRAINER_FINAL_STATES, FAILED)
 ORCHESTRATOR_TIMEOUT_S = 120.0
 
 
 def study_status(run_dir: Path) -> dict[str, Any]:
     """Counts by state, best objective and steps spent per point."""
-    study = read_json(run_dir / "study.json")
+    study = read_json(run_dir / STUDY_JSON, lenient=True)
     if study is None:
         raise UsageError(f"{run_dir}: not a study run dir (no readable study.json)")
     budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
@@ -27,29 +40,29 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     for p in study["points"]:
         row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
         row.update({s: 0 for s in STATES})
-        row["stopped"] = 0
-        for trial_json in sorted((run_dir / "trials" / p["label"]).glob("*/trial.json")):
-            trial = read_json(trial_json) or {}
-            state = trial.get("state", "running")
+        row[STOPPED] = 0
+        for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
+            trial = read_json(trial_json, lenient=True) or {}
+            state = trial.get("state", RUNNING)
             row[state] = row.get(state, 0) + 1
-            status = read_json(trial_json.parent / "status.json") or {}
+            status = read_json(trial_json.parent / STATUS_JSON, lenient=True) or {}
             row["steps"] += int(status.get("steps_done") or 0)
             value = trial.get("objective")
             if (
-                state == "complete"
+                state == COMPLETE
                 and value is not None
                 and (row["best"] is None or value < row["best"])
             ):
                 row["best"] = value
         points.append(row)
-    run = read_json(run_dir / "run.json") or {}
+    run = read_json(run_dir / RUN_JSON, lenient=True) or {}
     done = all(r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points)
     live = orchestrators.live(run_dir, ORCHESTRATOR_TIMEOUT_S)
     return {
         "orchestrators": [
             {k: o.get(k) for k in ("host", "pid", "slurm_job_id", "started")} for o in live
         ],
-        "detached_job": read_json(run_dir / ORCHESTRATOR_DIR / "job.json"),
+        "detached_job": read_json(run_dir / ORCHESTRATOR_DIR / JOB_JSON, lenient=True),
         "name": study["name"],
         "run_dir": str(run_dir),
         "objective": study["objective"],
@@ -90,7 +103,7 @@ def print_status(run_dir: str, as_json: bool) -> int:
             f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
             f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
         )
-    stopped = sum(r["stopped"] for r in status["points"])
+    stopped = sum(r[STOPPED] for r in status["points"])
     if stopped:
         print(f"  {stopped} trial(s) stopped at a checkpoint: the same `sweep run` resumes them")
     return 0

@@ -14,19 +14,19 @@ import sys
 import time
 from pathlib import Path
 
+from stepscale.files import read_json
+from stepscale.rundir import JOB_JSON, ORCHESTRATOR_DIR, STUDY_JSON
 from stepscale.sweeps import orchestrators
-from stepscale.sweeps.compose import UsageError
-from stepscale.sweeps.detach import ORCHESTRATOR_DIR
-from stepscale.sweeps.trials import read_json
+from stepscale.sweeps.errors import UsageError
 
 
 def stop_study(run_dir: str, timeout_s: float, heartbeat_timeout_s: float = 120.0) -> int:
     """The `sweep stop` command; returns the exit code."""
     path = Path(run_dir)
-    if not (path / "study.json").is_file():
+    if not (path / STUDY_JSON).is_file():
         raise UsageError(f"{run_dir}: not a study run dir (no study.json)")
     live = orchestrators.live(path, heartbeat_timeout_s)
-    job = read_json(path / ORCHESTRATOR_DIR / "job.json")
+    job = read_json(path / ORCHESTRATOR_DIR / JOB_JSON, lenient=True)
     queued = job is not None and _slurm_job_pending(job["job_id"])
     if not live and not queued:
         print(f"no orchestrator is running for {run_dir}; nothing to stop", file=sys.stderr)

@@ -14,39 +14,14 @@ from pathlib import Path
 
 import optuna
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.redact import passwords_in, redact, scrub
+from stepscale.rundir import JOURNAL, SQLITE_DB
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StorageConfig
 
 STORAGES = ("journal", "sqlite", "postgres")
-# The password of ``scheme://user:secret@host``: up to the last "@" of the URL, so that a
-# password holding a raw "@" or "/" is hidden whole (over-hiding is harmless).
-_PASSWORD = re.compile(
-    r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>\S*)(?P<tail>@)", re.IGNORECASE
-)
-# libpq also takes it as a parameter: ``…/db?password=secret`` or ``password=secret host=…``.
-_PARAM = re.compile(
-    r"(?P<key>(?<![A-Za-z0-9_])(?:pg|ssl)?password=)(?P<value>[^&\s'\"]+)", re.IGNORECASE
-)
 
-
-def redact(url: str) -> str:
-    """``scheme://user:secret@host`` → ``scheme://user:***@host``; ``password=secret`` →
-    ``password=***``."""
-    url = _PASSWORD.sub(lambda m: f"{m['head']}***{m['tail']}", url)
-    return _PARAM.sub(lambda m: f"{m['key']}***", url)
-
-
-def _passwords(url: str) -> list[str]:
-    """The passwords written in a URL (to scrub them from messages that quote them)."""
-    found = [m["pw"] for m in _PASSWORD.finditer(url)] + [m["value"] for m in _PARAM.finditer(url)]
-    return [p for p in found if p and p != "***"]
-
-
-def _scrub(text: str, url: str) -> str:
-    """``text`` without the passwords of ``url`` (also if quoted outside a URL) nor any URL's."""
-    for secret in sorted(_passwords(url), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return redact(text)
+__all__ = ["STORAGES", "StorageSpec", "open_storage", "redact", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -67,14 +42,14 @@ def resolve(cfg: StorageConfig, run_dir: Path) -> StorageSpec:
     if cfg.name not in STORAGES:
         raise UsageError(f"storage.name: unknown {cfg.name!r}; choose one of {', '.join(STORAGES)}")
     if cfg.name == "journal":
-        path = Path(cfg.url) if cfg.url else run_dir / "study.journal"
+        path = Path(cfg.url) if cfg.url else run_dir / JOURNAL
         return StorageSpec("journal", str(path.resolve()))
     if cfg.name == "sqlite":
-        url = cfg.url or f"sqlite:///{(run_dir / 'study.db').resolve()}"
+        url = cfg.url or f"sqlite:///{(run_dir / SQLITE_DB).resolve()}"
         if not url.startswith("sqlite:///"):
             raise UsageError(f"storage.url: a sqlite URL starts with sqlite:///, got {redact(url)}")
         return StorageSpec("sqlite", url)
-    if cfg.url and _passwords(cfg.url):
+    if cfg.url and passwords_in(cfg.url):
         # Config lands in config.yaml, run.json's command line and job pickles: refuse it
         # even when url_env is set too (the config URL is then unused, but still written).
         raise UsageError(
@@ -122,7 +97,7 @@ def open_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:  # sqlalchemy raises many kinds; all mean "cannot use it"
-        message = _scrub(_first_line(exc), url)
+        message = scrub(_first_line(exc), url)
         raise UsageError(f"storage: cannot reach {redact(url)}: {message}") from None
 
 

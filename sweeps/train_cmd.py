@@ -16,7 +16,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from stepscale.sweeps.compose import UsageError, compose_config, to_object
+from stepscale.rundir import (
+    CHECKPOINTS_DIR,
+    CONFIG_YAML,
+    METRICS_JSONL,
+    STATUS_JSON,
+    TRAINER_FINAL_STATES,
+)
+from stepscale.sweeps.compose import compose_config, to_object
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.progress import StepProgress
 
 
@@ -54,11 +62,11 @@ def _comparable(container: Any) -> Any:
 
 
 def _check_run_dir(run_dir: Path, config_yaml: str, resume: bool) -> None:
-    saved = run_dir / "config.yaml"
+    saved = run_dir / CONFIG_YAML
     if not saved.exists():
         return
     if not resume:
-        for stale in ("checkpoints", "metrics.jsonl", "status.json"):
+        for stale in (CHECKPOINTS_DIR, METRICS_JSONL, STATUS_JSON):
             path = run_dir / stale
             if path.is_dir():
                 shutil.rmtree(path)
@@ -116,7 +124,7 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
     _check_run_dir(run_dir, config_yaml, trainer_cfg.train.resume)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(config_yaml)
+        (run_dir / CONFIG_YAML).write_text(config_yaml)
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
     with StepProgress(trainer_cfg.name) as progress:
@@ -124,5 +132,5 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
             trainer_cfg, JsonlReporter(run_dir), run_dir=run_dir, progress=progress, plan=plan
         )
     print(f"run dir: {run_dir}", file=sys.stderr)
-    print(json.dumps(json.loads((run_dir / "status.json").read_text()), indent=2, sort_keys=True))
-    return 0 if status["state"] in ("complete", "diverged", "pruned") else 1
+    print(json.dumps(json.loads((run_dir / STATUS_JSON).read_text()), indent=2, sort_keys=True))
+    return 0 if status["state"] in TRAINER_FINAL_STATES else 1

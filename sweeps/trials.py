@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from stepscale.files import write_json_atomic, write_text_atomic
 from stepscale.models.config import TrainerConfig
-from stepscale.models.reporter import write_json_atomic
+from stepscale.rundir import CONFIG_YAML, TRIAL_JSON
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
@@ -105,28 +104,13 @@ class TrialSpec:
     prune: bool = True  # False for confirm seeds: report intermediate values, never prune
 
 
-def trial_dir(run_dir: Path, label: str, number: int) -> Path:
-    """``trials/<point label>/<n>/``."""
-    return run_dir / "trials" / label / str(number)
-
-
 def write_trial_json(folder: Path, record: dict[str, Any]) -> None:
     """Write ``trial.json`` atomically."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(folder / "trial.json", record)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """A JSON file's content, or None if it is missing or unreadable."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    write_json_atomic(folder / TRIAL_JSON, record)
 
 
 def write_config_yaml(folder: Path, tree: dict[str, Any]) -> None:
     """The trial's resolved trainer config as YAML."""
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / ".config.yaml.tmp"
-    tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(tree)))
-    os.replace(tmp, folder / "config.yaml")
+    write_text_atomic(folder / CONFIG_YAML, OmegaConf.to_yaml(OmegaConf.create(tree)))

@@ -22,7 +22,8 @@ import optuna.distributions as od
 import pytest
 import yaml
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.compose import prepare_study
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.formats import (
     EXTENSIONS,
     FORMATS,
@@ -34,9 +35,9 @@ from stepscale.sweeps.formats import (
     validate_document,
 )
 from stepscale.sweeps.formats.cli import add_format_commands, run_export, run_import
-from stepscale.sweeps.run_cmd import _check_study, prepare_study
 from stepscale.sweeps.space import build_space
 from stepscale.sweeps.space_doc import SCHEMA_TAG, dumps_stable, space_document
+from stepscale.sweeps.validate import check_study as _check_study
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"

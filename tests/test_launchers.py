@@ -10,7 +10,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.launchers import Launcher, slurm_parameters
 from stepscale.sweeps.schema import LauncherConfig
 

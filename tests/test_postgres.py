@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from servers import ServerUnavailable, skip_or_fail
 from servers.postgres import Timings, postgres_server
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StorageConfig
 from stepscale.sweeps.storage import open_storage, redact, resolve
 

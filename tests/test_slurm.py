@@ -18,7 +18,7 @@ from helpers import shadowing_packages
 from servers.slurm import sacct_state, squeue_ids
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
 
-from stepscale.sweeps.trials import read_json
+from stepscale.files import read_json
 
 pytestmark = pytest.mark.cluster
 

@@ -17,8 +17,8 @@ from helpers import shadowing_packages
 from optuna.trial import TrialState
 
 from stepscale import rundir
+from stepscale.files import read_json
 from stepscale.sweeps.cli import main
-from stepscale.sweeps.trials import read_json
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 FAST = ["train.devices=1"]

@@ -19,14 +19,10 @@ from stepscale.sweeps.formats import (
     stepscale,
     wandb_sweep,
 )
-from stepscale.sweeps.formats.common import (
-    FormatError,
-    describe_losses,
-    fit_trainer_types,
-    loss_key,
-)
-from stepscale.sweeps.formats.document import schema, validate_document
+from stepscale.sweeps.formats.common import FormatError, fit_trainer_types
+from stepscale.sweeps.formats.losses import describe_losses, loss_key
 from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
+from stepscale.sweeps.formats.validation import schema, validate_document
 
 FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science")
 _MODULES: dict[str, ModuleType] = {

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stepscale.rundir import BATCH_PATH
 from stepscale.sweeps.formats.common import (
     alias_for,
     choice_param,
@@ -34,7 +35,6 @@ from stepscale.sweeps.formats.common import (
 from stepscale.sweeps.space_doc import dumps_stable
 
 FMT = "batch_science"
-BATCH_PATH = "data.global_batch"
 _SCALE = {"linear": "LINEAR_SCALE", "log": "LOG_SCALE", "reverse_log": "REVERSE_LOG_SCALE"}
 _FROM_SCALE = {
     "": "linear",

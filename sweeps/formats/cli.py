@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from stepscale.sweeps.compose import UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.formats import FORMATS, FormatError, export_space, import_space, study_yaml
 
 
@@ -61,9 +61,10 @@ def _write(text: str, output: str | None) -> None:
 def run_export(args: argparse.Namespace) -> int:
     """`sweep export`: compose and validate the study, print its search space in
     ``args.format``; one warning line lists what the format cannot express."""
-    from stepscale.sweeps.run_cmd import _check_study, prepare_study
+    from stepscale.sweeps.compose import prepare_study
     from stepscale.sweeps.space import build_space
     from stepscale.sweeps.space_doc import space_document
+    from stepscale.sweeps.validate import check_study
 
     _check_format(args.format)
     overrides = list(args.overrides)
@@ -71,7 +72,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError("export needs conf=NAME (see `sweep list`)")
     _, cfg, _ = prepare_study(overrides, args.config_dir)
     build_space(cfg)  # first: a training preset is told it has no scientific axis
-    _check_study(cfg)
+    check_study(cfg)
     try:
         text, losses = export_space(space_document(cfg), args.format)
     except FormatError as exc:

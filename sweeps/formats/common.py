@@ -1,5 +1,5 @@
-"""Helpers shared by the format modules: errors, numbers, names ↔ trainer paths, parsing
-and the description of what a conversion lost."""
+"""Helpers shared by the format modules: errors, numbers, names ↔ trainer paths, parsing,
+and building the parameters of a document (what a conversion lost: `formats.losses`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from stepscale.sweeps.space import TRAINER_PATHS
+from stepscale.rundir import BATCH_PATH
+from stepscale.sweeps.trainer_keys import TRAINER_PATHS, TRAINER_TYPES
 
 
 class FormatError(ValueError):
@@ -47,8 +48,8 @@ KNOWN_NAMES: dict[str, str] = {
     "final_lr_frac": "schedule.final_lr_frac",
     "end_learning_rate_factor": "schedule.final_lr_frac",
     "decay_frac": "schedule.decay_frac",
-    "batch_size": "data.global_batch",
-    "global_batch": "data.global_batch",
+    "batch_size": BATCH_PATH,
+    "global_batch": BATCH_PATH,
     "seq_len": "data.seq_len",
     "sequence_length": "data.seq_len",
     "model_size": "model.size",
@@ -181,135 +182,6 @@ def envelope(param: dict[str, Any]) -> tuple[Any, Any, list[Any] | None]:
     return low, high, None
 
 
-# --- what a conversion lost -------------------------------------------------------------
-
-_FIELDS = (
-    "path",
-    "role",
-    "type",
-    "scale",
-    "low",
-    "high",
-    "step",
-    "choices",
-    "values",
-    "value",
-    "unit",
-    "description",
-    "conditional",
-)
-_DOMAIN = ("type", "scale", "low", "high", "step", "choices", "values", "value")
-_SECTIONS = ("budget", "objective", "sampler")
-_MISSING = object()
-_ROLE_HINT = " (a grid axis becomes a tuned parameter: no per-point tuning)"
-
-
-def _same(a: Any, b: Any) -> bool:
-    # 8 and 8.0 differ: the type of a bound or a value matters to the trainer.
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-def _show(value: Any) -> str:
-    if value is _MISSING:
-        return "—"
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
-def _domain(p: dict[str, Any]) -> Any:
-    if "values" in p:
-        return p["values"]
-    if "choices" in p:
-        return p["choices"]
-    if "value" in p:
-        return [p["value"]]
-    return {k: p.get(k) for k in ("type", "scale", "low", "high", "step")}
-
-
-def _summary(p: dict[str, Any]) -> str:
-    role = p["role"]
-    if role == "scientific":
-        return f"scientific axis {_show(p['values'])} (no grid, no per-point tuning)"
-    if role == "fixed":
-        return f"fixed {_show(p['value'])}"
-    if p["type"] == "categorical":
-        return f"nuisance choices {_show(p.get('choices'))}"
-    return f"nuisance {p['type']} [{p.get('low')}, {p.get('high')}] {p.get('scale')}"
-
-
-def describe_losses(orig: dict[str, Any], back: dict[str, Any]) -> list[str]:
-    """What differs between a document and the one read back from its conversion, one
-    ``<key>: <before> → <after>`` item each (``—`` = absent). Keys are dotted
-    (``parameters.<name>.<field>``, ``budget.<field>``…); a changed role stands for the
-    change of the domain that comes with it (e.g. a scientific axis's values read back as a
-    nuisance parameter's choices)."""
-    out: list[str] = []
-    for key in ("name", "description"):
-        a, b = orig.get(key, _MISSING), back.get(key, _MISSING)
-        if not _same(None if a is _MISSING else a, None if b is _MISSING else b):
-            out.append(f"{key}: {_show(a)} → {_show(b)}")
-    out += _param_losses(orig.get("parameters", []), back.get("parameters", []))
-    for section in _SECTIONS:
-        a, b = orig.get(section), back.get(section)
-        if a is None and b is None:
-            continue
-        if b is None:
-            out.append(f"{section}: {_show(a)} → —")
-            continue
-        if a is None:
-            out.append(f"{section}: — → {_show(b)}")
-            continue
-        for key in sorted(set(a) | set(b)):
-            va, vb = a.get(key, _MISSING), b.get(key, _MISSING)
-            if va is _MISSING or vb is _MISSING or not _same(va, vb):
-                out.append(f"{section}.{key}: {_show(va)} → {_show(vb)}")
-    return out
-
-
-def _param_losses(orig: list[dict[str, Any]], back: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    by_name = {p["name"]: p for p in back}
-    free = {id(q): q for q in back}  # not matched yet, in order
-    pairs: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
-    for p in orig:
-        q = by_name.get(p["name"])
-        if q is None or id(q) not in free:  # renamed (e.g. known by its path only)
-            q = next((c for c in free.values() if c["path"] == p["path"]), None)
-        if q is not None:
-            del free[id(q)]
-        pairs.append((p, q))
-    for p, q in pairs:
-        key = f"parameters.{p['name']}"
-        if q is None:
-            out.append(f"{key}: {_summary(p)} → —")
-            continue
-        if q["name"] != p["name"]:
-            out.append(f"{key}.name: {_show(p['name'])} → {_show(q['name'])}")
-        role_changed = p["role"] != q["role"]
-        retyped = p["type"] != q["type"]
-        for field in _FIELDS:
-            if role_changed and field in _DOMAIN:
-                continue
-            a, b = p.get(field, _MISSING), q.get(field, _MISSING)
-            if a is _MISSING and b is _MISSING:
-                continue
-            if retyped and field in ("low", "high") and a == b:
-                continue  # 8 → 8.0 is said by the type change
-            if a is _MISSING or b is _MISSING or not _same(a, b):
-                why = _ROLE_HINT if field == "role" and a == "scientific" else ""
-                out.append(f"{key}.{field}: {_show(a)} → {_show(b)}{why}")
-        if role_changed and not _same(_domain(p), _domain(q)):
-            field = next((f for f in ("values", "choices", "value") if f in p), "low")
-            out.append(f"{key}.{field}: {_show(_domain(p))} → {_show(_domain(q))}")
-    for q in free.values():
-        out.append(f"parameters.{q['name']}: — → {_summary(q)}")
-    return out
-
-
-def loss_key(item: str) -> str:
-    """The dotted key a loss item is about (its text up to the first colon)."""
-    return item.split(":", 1)[0]
-
-
 # --- building documents (importers) -----------------------------------------------------
 
 
@@ -379,31 +251,6 @@ def is_scalar(x: Any) -> bool:
 
 
 # --- trainer key types (importers) -------------------------------------------------------
-
-
-def _trainer_types() -> dict[str, str]:
-    """Dotted trainer key → its Python type name (``int``, ``float``, ``str``, ``bool``)."""
-    import dataclasses
-
-    from stepscale.models.config import TrainerConfig
-
-    out: dict[str, str] = {}
-
-    def walk(obj: Any, prefix: str) -> None:
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-                continue
-            kinds = {t.strip() for t in str(f.type).split("|")} - {"None"}
-            if len(kinds) == 1:
-                out[f"{prefix}{f.name}"] = kinds.pop()
-
-    walk(TrainerConfig(), "")
-    return out
-
-
-TRAINER_TYPES = _trainer_types()
 
 
 def _whole(x: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stepscale.sweeps.formats.common import load_json
-from stepscale.sweeps.formats.document import validate_document
+from stepscale.sweeps.formats.validation import validate_document
 from stepscale.sweeps.space_doc import dumps_stable
 
 

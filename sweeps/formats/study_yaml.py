@@ -9,13 +9,14 @@ from typing import Any
 import yaml
 
 from stepscale.models.config import DataConfig, TrainConfig
+from stepscale.rundir import BATCH_PATH
 from stepscale.sweeps.formats.common import unique_alias
-from stepscale.sweeps.space import TRAINER_PATHS
+from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 
 # Axes to add when a source has no scientific parameter, first free path wins: a
 # single-point grid at the trainer's default value.
 _DEFAULT_AXES = (
-    ("batch_size", "data.global_batch", DataConfig().global_batch, "sequences"),
+    ("batch_size", BATCH_PATH, DataConfig().global_batch, "sequences"),
     ("seed", "train.seed", TrainConfig().seed, None),
 )
 _OPTIONAL = ("unit", "description")
@@ -26,7 +27,6 @@ _EXCLUSIVE = (
      "schedule.warmup_frac"),
     ("train.max_steps", "train.max_tokens", "train.max_examples"),
 )  # fmt: skip
-BATCH_PATH = "data.global_batch"
 
 
 def _entry(p: dict[str, Any]) -> dict[str, Any]:

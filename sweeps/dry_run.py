@@ -1,0 +1,42 @@
+"""`sweep run --dry-run`: print the plan of a study (a table, or JSON) and launch nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stepscale.sweeps.storage import StorageSpec
+
+
+def print_dry_run(plan: dict[str, Any], run_dir: Path, storage: StorageSpec, as_json: bool) -> None:
+    """Print ``plan`` (from `sweeps.plan.plan_summary`) with where the study would run."""
+    if as_json:
+        record = plan | {"run_dir": str(run_dir), "storage": storage.display()}
+        print(json.dumps(record, indent=2, sort_keys=True))
+    else:
+        print_plan(plan, run_dir, storage)
+
+
+def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> None:
+    """The plan as a table: the study's settings, then a row per point and the totals."""
+    print(
+        f"study {plan['name']}: {plan['n_points']} points × {plan['trials_per_point']} trials",
+        end="",
+    )
+    print(f" (+{plan['confirm_seeds']} confirm seeds)" if plan["confirm_seeds"] else "")
+    print(f"  objective {plan['objective']['kind']}", end="")
+    target = plan["objective"]["target_loss"]
+    print(f" (target loss {target})" if target is not None else "")
+    print(
+        f"  sampler {plan['sampler']}, pruner {plan['pruner']}, launcher {plan['launcher']}, parallelism {plan['parallelism']}"
+    )
+    print(f"  run dir {run_dir}, storage {storage.display()}")
+    print(f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}")
+    for p in plan["points"]:
+        print(
+            f"  {p['point']:32s} {p['horizon_steps']:11d} {p['horizon_tokens']:13d} {p['budget_steps']:12d}"
+        )
+    print(
+        f"  total: {plan['total_trials']} trials, {plan['total_budget_steps']} steps ({plan['total_budget_tokens']} tokens)"
+    )

@@ -1,0 +1,37 @@
+"""Errors a user can cause, and the exit code every `sweep` command ends with.
+
+Exit codes: 0 success; 2 bad input (config, override, usage, unreadable file) with a
+message and no traceback; 130 on Ctrl-C after saving state; 1 internal or environment
+error with a clear message. Nothing here imports Hydra, so a trial job may import it.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Callable
+
+
+class UsageError(Exception):
+    """Bad input from the user: the CLI prints the message and exits with code 2."""
+
+
+def exit_code(command: Callable[[], int]) -> int:
+    """Run a command and return its exit code; a `UsageError`, Ctrl-C or a full disk
+    becomes a one-line message on stderr and its exit code (2, 130, 1)."""
+    try:
+        return command()
+    except UsageError as exc:
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sweep: interrupted; state saved — run the same command to resume", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            print(
+                f"sweep: error: disk full ({exc.filename or ''}); nothing saved was lost",
+                file=sys.stderr,
+            )
+            return 1
+        raise

@@ -1,0 +1,120 @@
+"""The study's own files in the run dir (``config.yaml``, ``space.json``, ``study.json``)
+and the identity they fix: a study whose settings changed in a way that would mix
+incompatible trials is refused (exit 2: use a new ``name``). See docs/run-dir.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from stepscale.files import read_json, write_json_atomic
+from stepscale.redact import redact
+from stepscale.rundir import CONFIG_YAML, SPACE_JSON, STUDY_JSON
+from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.space import SearchSpace
+from stepscale.sweeps.space_doc import dumps_stable, space_document
+from stepscale.sweeps.trials import now_iso
+
+# Keys that may change between runs of one study: they change how or how much is run,
+# not what a trial means. Adding scientific values is handled separately.
+MUTABLE = {
+    "name", "run_dir", "description", "parallelism", "retries", "keep_checkpoints",
+    "heartbeat_timeout_s", "launcher", "storage", "budget.trials_per_point",
+    "budget.confirm_seeds", "train.compile_cache_dir", "train.devices", "data.max_microbatch",
+    "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
+    "train.distributed_timeout_s",
+}  # fmt: skip
+
+
+def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
+    """The parts of a study that may not change once trials exist."""
+    tree = dataclasses.asdict(cfg)
+    for key in MUTABLE:
+        node = tree
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.get(p, {})
+        node.pop(leaf, None)
+    for axis in tree["scientific"].values():
+        axis.pop("values", None)
+    return _plain(tree)
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            d for k in sorted(set(a) | set(b)) for d in _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        ]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
+    """Refuse (`UsageError`) to run ``cfg`` in a run dir whose study differs in what a
+    trial means, or whose scientific values were removed; a new run dir passes."""
+    saved = read_json(run_dir / STUDY_JSON, lenient=True)
+    if saved is None:
+        if (run_dir / STUDY_JSON).exists():
+            raise UsageError(f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study")
+        return
+    changed = _diff(saved.get("fingerprint"), fingerprint(cfg))
+    if changed:
+        raise UsageError(
+            f"the study in {run_dir} was run with different settings (changed: {', '.join(changed)}). "
+            "Trials of different settings must not be mixed: give the study a new name= (or run_dir=). "
+            "Only scientific values may be added and trials_per_point raised."
+        )
+    old = {a: s["values"] for a, s in saved.get("scientific_values", {}).items()}
+    for alias, values in old.items():
+        new = [json.loads(json.dumps(v, default=str)) for v in cfg.scientific[alias].values]
+        missing = [v for v in values if v not in new]
+        if missing:
+            raise UsageError(
+                f"scientific.{alias}.values: {missing} were part of this study; values may be added, "
+                "not removed (use a new name= for a different grid)"
+            )
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """Create the run dir and make sure this process can write there (else `UsageError`)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
+
+
+def write_study_files(run_dir: Path, raw: Any, cfg: StudyConfig, space: SearchSpace) -> None:
+    """Write the composed config (redacted), the search space and ``study.json`` (points in
+    order, the fingerprint, the scientific values; ``created`` kept from the first run)."""
+    config_yaml = redact(OmegaConf.to_yaml(raw, resolve=True))
+    (run_dir / CONFIG_YAML).write_text(config_yaml)
+    (run_dir / SPACE_JSON).write_text(dumps_stable(space_document(cfg)))
+    saved = read_json(run_dir / STUDY_JSON, lenient=True) or {}
+    study = {
+        "name": cfg.name,
+        "fingerprint": fingerprint(cfg),
+        "created": saved.get("created", now_iso()),
+        "points": [
+            {"label": p.label, "values": _plain(p.values), "index": p.index} for p in space.points
+        ],
+        "scientific": [{"name": a, "path": s.path} for a, s in cfg.scientific.items()],
+        "scientific_values": {
+            a: {"values": _plain(list(s.values))} for a, s in cfg.scientific.items()
+        },
+        "nuisance": [{"name": a, "path": n.path} for a, n in cfg.nuisance.items()],
+        "objective": dataclasses.asdict(cfg.objective),
+        "budget": dataclasses.asdict(cfg.budget),
+    }
+    write_json_atomic(run_dir / STUDY_JSON, study)
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

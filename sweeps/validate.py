@@ -1,0 +1,54 @@
+"""Checks of a study's settings that need no trainer: the objective, the counts, the
+horizon, the sampler and pruner, and that a grid sampler's grid holds the budget."""
+
+from __future__ import annotations
+
+from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.objective import OBJECTIVES
+from stepscale.sweeps.samplers import check_pruner, check_sampler, grid_size
+from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.space import SearchSpace
+
+
+def check_study(cfg: StudyConfig) -> None:
+    """Raise `UsageError` naming the first setting of ``cfg`` that cannot be run."""
+    if cfg.objective.kind not in OBJECTIVES:
+        raise UsageError(
+            f"objective.kind: unknown {cfg.objective.kind!r}; choose one of {', '.join(OBJECTIVES)}"
+        )
+    if cfg.objective.kind == "steps_to_target" and cfg.objective.target_loss is None:
+        raise UsageError("objective.target_loss: steps_to_target needs a target loss")
+    if cfg.parallelism < 1:
+        raise UsageError(f"parallelism: must be ≥ 1, got {cfg.parallelism}")
+    if cfg.retries < 0:
+        raise UsageError(f"retries: must be ≥ 0, got {cfg.retries}")
+    if cfg.budget.trials_per_point < 1:
+        raise UsageError(f"budget.trials_per_point: must be ≥ 1, got {cfg.budget.trials_per_point}")
+    if cfg.budget.confirm_seeds < 0:
+        raise UsageError(f"budget.confirm_seeds: must be ≥ 0, got {cfg.budget.confirm_seeds}")
+    horizons = [
+        x
+        for x in (cfg.budget.max_steps, cfg.budget.max_tokens, cfg.budget.max_examples)
+        if x is not None
+    ]
+    if len(horizons) > 1:
+        raise UsageError("budget: give the horizon once: max_steps, max_tokens or max_examples")
+    if cfg.heartbeat_timeout_s <= 0:
+        raise UsageError(f"heartbeat_timeout_s: must be > 0, got {cfg.heartbeat_timeout_s}")
+    check_sampler(cfg.sampler)
+    check_pruner(cfg.pruner)
+
+
+def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:
+    """With sampler=grid: every point's grid is finite (continuous parameters →
+    `UsageError`) and holds ``budget.trials_per_point`` distinct trials."""
+    if cfg.sampler.name != "grid":
+        return
+    for p in space.points:
+        n = grid_size(space.distributions(p.label))  # continuous params → UsageError
+        if cfg.budget.trials_per_point > n:
+            raise UsageError(
+                f"budget.trials_per_point={cfg.budget.trials_per_point}: the grid at "
+                f"{p.label} has only {n} points, and further trials would repeat them; set "
+                f"budget.trials_per_point={n} (or fewer, for a random subset of the grid)"
+            )
