@@ -1,6 +1,6 @@
 """The `sweep` command line. Machine-readable output on stdout, progress on stderr.
 
-Exit codes (`sweeps.errors.exit_code`): 0 success; 2 bad input (config, override, usage,
+Exit codes (`stepscale.sweeps.errors.exit_code`): 0 success; 2 bad input (config, override, usage,
 unreadable file) with a message and no traceback; 130 on Ctrl-C after saving state; 1
 internal or environment error with a clear message. No sub-command module imports this one.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stepscale import __version__
 from stepscale.sweeps.errors import UsageError, exit_code
 
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="sweep", description="Batch-size / learning-rate scaling studies, counted in steps."
     )
+    parser.add_argument("--version", action="version", version=f"sweep (stepscale) {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     train = sub.add_parser("train", help="one training run at fixed values")

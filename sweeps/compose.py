@@ -15,8 +15,6 @@ from omegaconf.errors import OmegaConfBaseException
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"
-
 
 def conf_dir() -> Path:
     """The packaged Hydra tree (``conf/`` of the repository, installed as ``stepscale.conf``)."""

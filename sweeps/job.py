@@ -28,15 +28,13 @@ import submitit
 from stepscale.models.reporter import Action, JsonlReporter
 from stepscale.rundir import EVENTS_JSONL
 from stepscale.sweeps.heartbeat import JobHeartbeat
+from stepscale.sweeps.schema import canonical_trainer
 from stepscale.sweeps.trials import TrialSpec, to_trainer_config
-
-# Trainer paths recorded before the code moved under the `stepscale` namespace.
-LEGACY_TRAINERS = {"models.train:train": "stepscale.models.train:train"}
 
 
 def trainer_function(path: str) -> Any:
     """The function a trainer path ``module:function`` names (old built-in paths included)."""
-    module, _, function = LEGACY_TRAINERS.get(path, path).partition(":")
+    module, _, function = canonical_trainer(path).partition(":")
     return getattr(importlib.import_module(module), function)
 
 

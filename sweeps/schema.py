@@ -158,11 +158,21 @@ class StorageConfig:
     url_env: str | None = None  # environment variable holding the URL (with password)
 
 
+BUILTIN_TRAINER = "stepscale.models.train:train"
+# Trainer paths that run directories recorded before the code moved under `stepscale`.
+LEGACY_TRAINERS = {"models.train:train": BUILTIN_TRAINER}
+
+
+def canonical_trainer(path: str) -> str:
+    """A trainer path ``module:function`` as it is named today (old built-in paths mapped)."""
+    return LEGACY_TRAINERS.get(path, path)
+
+
 @dataclass
 class StudyConfig(TrainerConfig):
     """The root config: a trainer config plus the study around it."""
 
-    trainer: str = "stepscale.models.train:train"  # module:function run inside each job
+    trainer: str = BUILTIN_TRAINER  # module:function run inside each job
     scientific: dict[str, ScientificParam] = field(default_factory=dict)
     nuisance: dict[str, NuisanceParam] = field(default_factory=dict)
     fixed: dict[str, FixedParam] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from stepscale.files import read_json, write_json_atomic
 from stepscale.redact import redact
 from stepscale.rundir import CONFIG_YAML, SPACE_JSON, STUDY_JSON
 from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.schema import StudyConfig, canonical_trainer
 from stepscale.sweeps.space import SearchSpace
 from stepscale.sweeps.space_doc import dumps_stable, space_document
 from stepscale.sweeps.trials import now_iso
@@ -43,6 +43,7 @@ def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
         node.pop(leaf, None)
     for axis in tree["scientific"].values():
         axis.pop("values", None)
+    tree["trainer"] = canonical_trainer(tree["trainer"])
     return _plain(tree)
 
 
@@ -62,7 +63,10 @@ def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
         if (run_dir / STUDY_JSON).exists():
             raise UsageError(f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study")
         return
-    changed = _diff(saved.get("fingerprint"), fingerprint(cfg))
+    recorded = saved.get("fingerprint")
+    if isinstance(recorded, dict) and isinstance(recorded.get("trainer"), str):
+        recorded = {**recorded, "trainer": canonical_trainer(recorded["trainer"])}
+    changed = _diff(recorded, fingerprint(cfg))
     if changed:
         raise UsageError(
             f"the study in {run_dir} was run with different settings (changed: {', '.join(changed)}). "

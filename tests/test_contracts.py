@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 from helpers import read_jsonl, tiny_gpt, tiny_nqm
 
+import stepscale
 from stepscale import rundir
 from stepscale.analysis.fits.targets import first_crossing
 from stepscale.models.reporter import JsonlReporter
@@ -52,7 +53,7 @@ def _imports(path: Path, module: str) -> set[str]:
 def _graph() -> dict[str, set[str]]:
     files = [p for top in FOLDERS for p in (ROOT / top).rglob("*.py")]
     modules = {_module_name(p): p for p in files}
-    return {m: {i for i in _imports(p, m) if i in modules} for m, p in modules.items()}
+    return {m: {i for i in _imports(p, m) if i in modules and i != m} for m, p in modules.items()}
 
 
 GRAPH = _graph()
@@ -66,7 +67,7 @@ def test_the_import_graph_sees_the_codebase() -> None:
     # A parser that found nothing would make every rule below pass.
     assert len(GRAPH) > 80
     assert "stepscale.models.plan" in GRAPH["stepscale.models.train"]
-    assert "stepscale.analysis.load" in GRAPH["stepscale.analysis.report"]
+    assert "stepscale.analysis.load" in GRAPH["stepscale.analysis.report.write"]
 
 
 def test_models_imports_neither_sweeps_nor_analysis() -> None:
@@ -144,6 +145,22 @@ def test_installed_names_live_under_stepscale_only(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_a_trial_job_imports_neither_hydra_nor_the_analysis() -> None:
+    code = (
+        "import sys, stepscale.sweeps.job\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'matplotlib', 'xarray'})"
+        " + [m for m in sys.modules if m.startswith('stepscale.analysis')])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_sweep_version_names_the_installed_package() -> None:
+    sweep = Path(sys.executable).with_name("sweep")
+    res = subprocess.run([str(sweep), "--version"], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == f"sweep (stepscale) {stepscale.__version__}"
 
 
 # ------------------------------------------------------------------ the run directory

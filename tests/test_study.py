@@ -221,6 +221,10 @@ def test_extending_a_finished_study_runs_only_the_new_trials(
     )
     assert code == 0, err
     before = {p: (p / "status.json").read_text() for p in (run_dir / "trials").glob("*/*")}
+    # A run dir written before the code moved under `stepscale` recorded the old trainer path.
+    study = json.loads((run_dir / "study.json").read_text())
+    study["fingerprint"]["trainer"] = "models.train:train"
+    (run_dir / "study.json").write_text(json.dumps(study))
     code, _, err = _run_inline(
         capsys,
         "conf=smoke",
