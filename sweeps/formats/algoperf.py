@@ -21,6 +21,7 @@ from stepscale.sweeps.formats.common import (
     fixed_param,
     is_number,
     load_json,
+    named_entries,
     need,
     new_document,
     numeric_param,
@@ -84,15 +85,10 @@ def parse(text: str) -> tuple[dict[str, Any], list[str]]:
             "as independent choices"
         )
         data = merged
-    need(
-        isinstance(data, dict) and bool(data),
-        "$",
-        "expected an object mapping hyperparameter names to search spaces",
-        FMT,
-    )
+    entries = named_entries(data, "hyperparameter names to search spaces", FMT)
     params: list[dict[str, Any]] = []
     taken: set[str] = set()
-    for name, spec in data.items():
+    for name, spec in entries:
         where = f"$.{name}"
         need(isinstance(spec, dict), where, "expected an object", FMT)
         reverse = name.startswith(ONE_MINUS) and len(name) > len(ONE_MINUS)

@@ -163,6 +163,13 @@ def need(cond: bool, where: str, message: str, fmt: str) -> None:
         raise FormatError(f"not a valid {fmt} file: {where}: {message}")
 
 
+def named_entries(data: Any, what: str, fmt: str) -> list[tuple[str, Any]]:
+    """The ``(name, spec)`` entries of a file's top-level object, which must map names to
+    ``what`` and not be empty."""
+    need(isinstance(data, dict) and bool(data), "$", f"expected an object mapping {what}", fmt)
+    return list(data.items())
+
+
 def envelope(param: dict[str, Any]) -> tuple[Any, Any, list[Any] | None]:
     """(low, high, choices) of a nuisance parameter ignoring its conditional ranges: its
     own range when it has one, else the union of the ranges by value."""

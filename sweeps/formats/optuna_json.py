@@ -23,6 +23,7 @@ from stepscale.sweeps.formats.common import (
     envelope,
     is_scalar,
     load_json,
+    named_entries,
     need,
     new_document,
     numeric_param,
@@ -72,15 +73,10 @@ def parse(text: str) -> tuple[dict[str, Any], list[str]]:
     """Every distribution becomes a nuisance parameter (``<name>__1m`` log floats become
     reverse_log parameters ``<name>``)."""
     data = load_json(text, FMT)
-    need(
-        isinstance(data, dict) and bool(data),
-        "$",
-        "expected an object mapping parameter names to distributions",
-        FMT,
-    )
+    entries = named_entries(data, "parameter names to distributions", FMT)
     params: list[dict[str, Any]] = []
     taken: set[str] = set()
-    for name, spec in data.items():
+    for name, spec in entries:
         spec_text = spec if isinstance(spec, str) else json.dumps(spec)
         try:
             with warnings.catch_warnings():
