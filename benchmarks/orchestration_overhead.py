@@ -61,7 +61,7 @@ objective:
 PLAIN_LOOP = """
 import sys
 from pathlib import Path
-from stepscale.sweeps.run_cmd import prepare_study
+from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.space import build_space
 from stepscale.sweeps.trials import trial_config, to_trainer_config
 from stepscale.models.reporter import JsonlReporter

@@ -20,7 +20,7 @@ from stepscale.analysis.analyze import analyze
 from stepscale.analysis.fit_cli import add_fit_commands, run_fit
 from stepscale.analysis.report_cli import add_report_command, run_report
 from stepscale.sweeps.cli import main
-from stepscale.sweeps.run_cmd import prepare_study
+from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.space_doc import space_document
 
 # Records of the figures whose axes or legends show batch sizes, B_crit or examples.
