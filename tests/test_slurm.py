@@ -206,8 +206,9 @@ def test_trials_asked_together_go_as_one_job_array_under_its_cap(
     assert out.returncode == 0, out.stderr
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
     records = [rec for recs in trials_of(run_dir).values() for rec in recs]
-    tasks = sorted(rec["job_id"] for rec in records if "_" in rec["job_id"])
-    array = tasks[0].split("_")[0]
+    # The first array submitted (job ids compared as numbers: 8 comes before 11).
+    array = min((rec["job_id"].split("_")[0] for rec in records if "_" in rec["job_id"]), key=int)
+    tasks = sorted(r["job_id"] for r in records if r["job_id"].startswith(f"{array}_"))
     assert tasks == [f"{array}_{i}" for i in range(4)], [r["job_id"] for r in records]
     assert (run_dir / "jobs" / f"{array}_submission.sh").read_text().count("--array=0-3%2") == 1
     for rec in records:
