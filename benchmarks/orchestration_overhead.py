@@ -63,9 +63,10 @@ import sys
 from pathlib import Path
 from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.space import build_space
-from stepscale.sweeps.trials import trial_config, to_trainer_config
-from stepscale.models.reporter import JsonlReporter
-from stepscale.models.train import configure_compile_cache, train
+from stepscale.sweeps.trials import trial_config
+from stepscale.sweeps.trainers import BUILTIN, TrainerSpec
+from stepscale.reporters import JsonlReporter
+from stepscale.sweeps.builtin import configure_compile_cache, run
 
 config_dir, out, cache = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 _, cfg, _ = prepare_study(["conf=bench_overhead", f"train.compile_cache_dir={cache}"], config_dir)
@@ -73,8 +74,8 @@ space = build_space(cfg)
 configure_compile_cache(cache)
 for point in space.points:
     folder = out / point.label
-    tree = trial_config(cfg, space, point, {}, cfg.seed, folder)
-    train(to_trainer_config(tree), JsonlReporter(folder), run_dir=folder)
+    tree = trial_config(cfg, TrainerSpec(BUILTIN), space, point, {}, cfg.seed, folder)
+    run(tree, JsonlReporter(folder), folder)
 """
 
 

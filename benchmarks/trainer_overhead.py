@@ -36,8 +36,8 @@ from flax import nnx
 from stepscale.models import nets
 from stepscale.models.config import TrainerConfig
 from stepscale.models.data import build_source
-from stepscale.models.reporter import JsonlReporter
 from stepscale.models.train import train
+from stepscale.reporters import JsonlReporter
 
 LOG_EVERY, EVAL_EVERY, CHECKPOINT_EVERY = 10, 50, 100
 
@@ -146,7 +146,7 @@ _COLD_SCRIPT = """
 import sys, time
 start = time.perf_counter()
 from benchmarks.trainer_overhead import demo_config
-from stepscale.models.reporter import NullReporter
+from stepscale.reporters import NullReporter
 from stepscale.models.train import train
 cfg = demo_config("tiny", 20)
 cfg.train.compile_cache_dir = sys.argv[1]

@@ -32,8 +32,8 @@ from stepscale.models.config import TrainerConfig
 from stepscale.models.errors import ConfigError
 from stepscale.models.optim import make_optimizer
 from stepscale.models.plan import RunPlan, describe, prepare
-from stepscale.models.reporter import Action, NullReporter, Reporter
 from stepscale.models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
+from stepscale.reporters import Action, NullReporter, Reporter
 from stepscale.rundir import interpolated_crossing
 
 Progress = Callable[[int, int, dict[str, Any]], None]

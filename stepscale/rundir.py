@@ -10,7 +10,7 @@ RUN_DIR/
   config.yaml  space.json  study.json  run.json  study.journal  stop.json
   orchestrators/  orchestrator/  jobs/
   trials/<point label>/<n>/
-      config.yaml  trial.json  status.json  metrics.jsonl  events.jsonl
+      config.yaml  config.json  trial.json  status.json  metrics.jsonl  events.jsonl  control.json
       heartbeat.job  heartbeat.orch  checkpoints/  logs/
   report/
 ```
@@ -26,6 +26,8 @@ from typing import Any
 # ------------------------------------------------------------------ file and folder names
 
 CONFIG_YAML = "config.yaml"  # the composed study config (run dir) or trainer config (trial)
+CONFIG_JSON = "config.json"  # the trial's trainer config as JSON (for programs in any language)
+CONTROL_JSON = "control.json"  # the orchestrator's request to a command trainer (prune, stop)
 SPACE_JSON = "space.json"  # the search space, stepscale.search_space/v1
 STUDY_JSON = "study.json"  # points in order, their Optuna study names, the study identity
 RUN_JSON = "run.json"  # provenance of the runs of the orchestrator (command, versions, git)

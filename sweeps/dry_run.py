@@ -35,8 +35,15 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
     print(f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}")
     for p in plan["points"]:
         print(
-            f"  {p['point']:32s} {p['horizon_steps']:11d} {p['horizon_tokens']:13d} {p['budget_steps']:12d}"
+            f"  {p['point']:32s} {p['horizon_steps']:11d} {_count(p['horizon_tokens']):>13s} {p['budget_steps']:12d}"
         )
+    tokens = plan["total_budget_tokens"]
     print(
-        f"  total: {plan['total_trials']} trials, {plan['total_budget_steps']} steps ({plan['total_budget_tokens']} tokens)"
+        f"  total: {plan['total_trials']} trials, {plan['total_budget_steps']} steps"
+        + (f" ({tokens} tokens)" if tokens is not None else "")
     )
+
+
+def _count(value: int | None) -> str:
+    """A count, or — when the trainer did not say (a user trainer without validate)."""
+    return "—" if value is None else str(value)

@@ -1,6 +1,8 @@
-"""What runs inside a trial's job: load the trial, train with a reporter that writes the
-trial's files and talks to Optuna (intermediate eval losses by step, the pruner's
-verdict), keep a heartbeat. The orchestrator, not the job, tells Optuna the result.
+"""What runs inside a trial's job: load the trial, run its trainer (built-in, a Python
+function or a command: `sweeps.trainers`) with a reporter that writes the trial's files
+and talks to Optuna (intermediate eval losses by step, the pruner's verdict), keep a
+heartbeat, and complete the trainer's status from its eval losses
+(`sweeps.trainer_status`). The orchestrator, not the job, tells Optuna the result.
 
 Stopping signals (SLURM's SIGTERM on ``scancel``, ``scontrol requeue`` or preemption, and
 submitit's USR2 before a time limit) never cut a trial mid-step: they are held like Ctrl-C
@@ -12,30 +14,28 @@ exits without a result, so SLURM's verdict stands (requeued, or cancelled → fa
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import json
 import os
 import signal
-import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import submitit
 
-from stepscale.models.reporter import Action, JsonlReporter
-from stepscale.rundir import EVENTS_JSONL
+from stepscale import trainer as contract
+from stepscale.reporters import JsonlReporter
+from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, TRAINER_FINAL_STATES
 from stepscale.sweeps.heartbeat import JobHeartbeat
-from stepscale.sweeps.schema import canonical_trainer
-from stepscale.sweeps.trials import TrialSpec, to_trainer_config
+from stepscale.sweeps.metrics_file import last_step, normalized_records
+from stepscale.sweeps.trainer_status import complete_status
+from stepscale.sweeps.trainers import BUILTIN, COMMAND, import_function
+from stepscale.sweeps.trial_events import record_event
+from stepscale.sweeps.trials import TrialSpec
+from stepscale.trainer import Action
 
 
-def trainer_function(path: str) -> Any:
-    """The function a trainer path ``module:function`` names (old built-in paths included)."""
-    module, _, function = canonical_trainer(path).partition(":")
-    return getattr(importlib.import_module(module), function)
+class TrainerContractError(RuntimeError):
+    """A trainer broke the interface (a status without ``state``, a malformed record)."""
 
 
 class TrialReporter:
@@ -47,11 +47,13 @@ class TrialReporter:
         trial: Any | None,
         heartbeat: JobHeartbeat,
         prune: bool = True,
+        reported: set[int] | None = None,
     ) -> None:
         self.files = files
         self.trial = trial
         self.heartbeat = heartbeat
         self.prune = prune
+        self.reported: set[int] = set(reported or ())
 
     def begin(self, step: int) -> None:
         """Open the trial's metrics file (resuming after ``step``)."""
@@ -62,11 +64,18 @@ class TrialReporter:
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Write the record; at evaluations report to Optuna and ask the pruner."""
         self.files.report(step, metrics)
+        return self.observe(step, metrics)
+
+    def observe(self, step: int, metrics: dict[str, Any]) -> Action:
+        """A record written by someone else (a command trainer): keep the heartbeat's step,
+        report an eval loss to Optuna and ask the pruner."""
         self.heartbeat.step = step
         loss = metrics.get("eval_loss")
         if self.trial is None or loss is None or step == 0 or loss != loss:
             return Action.CONTINUE
-        self.trial.report(float(loss), step)
+        if step not in self.reported:  # a resumed job reports again what it redoes
+            self.trial.report(float(loss), step)
+            self.reported.add(step)
         return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
 
     def finish(self, status: dict[str, Any]) -> None:
@@ -74,9 +83,11 @@ class TrialReporter:
         self.files.finish(status)
 
 
-def _optuna_trial(spec: TrialSpec) -> Any | None:
+def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
+    """The trial as Optuna's ``Trial`` (None when nothing is ever pruned) and the steps
+    already reported for it (by earlier jobs of the trial)."""
     if spec.pruner is None:
-        return None
+        return None, set()
     import optuna
 
     from stepscale.sweeps.samplers import make_pruner
@@ -84,35 +95,14 @@ def _optuna_trial(spec: TrialSpec) -> Any | None:
     from stepscale.sweeps.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(spec.storage)
     study = optuna.load_study(
         study_name=spec.study_name,
-        storage=open_storage(spec.storage),
+        storage=storage,
         pruner=make_pruner(PrunerConfig(**spec.pruner), horizon=spec.horizon),
     )
-    return optuna.trial.Trial(study, spec.trial_id)
-
-
-def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
-    """Append a job event (start, resume, signal) to ``<trial>/events.jsonl``: where each
-    run of the job began and why it stopped, across retries and requeues."""
-    record = {
-        "event": event,
-        "step": step,
-        "time": time.time(),
-        "host": socket.gethostname(),
-        "job_id": _job_id(),
-        **info,
-    }
-    with contextlib.suppress(OSError), open(folder / EVENTS_JSONL, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-
-
-def _job_id() -> str | None:
-    """This job's id as the orchestrator knows it: ``<array>_<index>`` for an array task."""
-    env = os.environ
-    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    return env.get("SLURM_JOB_ID") or env.get("SUBMITIT_LOCAL_JOB_ID")
+    reported = set(storage.get_trial(spec.trial_id).intermediate_values)
+    return optuna.trial.Trial(study, spec.trial_id), reported
 
 
 class StopSignals:
@@ -163,28 +153,89 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         # The local launcher starts jobs with SIGINT ignored (for its controller's sake);
         # the trial itself must stop cleanly on Ctrl-C.
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.environ.update(spec.env)
     folder = Path(spec.trial_dir)
-    cfg = to_trainer_config(spec.config)
-    trainer = trainer_function(spec.trainer)
+    os.environ.update(spec.env)
+    os.environ.update(trial_env(spec, folder))
     # In a trial of several tasks (jax.distributed) every task trains, task 0 reports.
     leader = (
         int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == 0
     )
     with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat:
+        trial, reported = _optuna_trial(spec)
         reporter = TrialReporter(
-            JsonlReporter(folder), _optuna_trial(spec), heartbeat, prune=spec.prune
+            JsonlReporter(folder), trial, heartbeat, prune=spec.prune, reported=reported
         )
         try:
-            return trainer(cfg, reporter, run_dir=folder)
+            status = _train(spec, reporter, stop)
         except KeyboardInterrupt:
             if stop.received is None:
                 raise
             if leader:
                 name = signal.Signals(stop.received).name
                 record_event(folder, "stopped", heartbeat.step, signal=name)
-    stop.finish_stop()
-    raise AssertionError("unreachable")
+            status = None
+    if status is None:
+        stop.finish_stop()
+        raise AssertionError("unreachable")
+    return _final_status(spec, folder, status) if leader else status
+
+
+def _train(spec: TrialSpec, reporter: TrialReporter, stop: StopSignals) -> Any:
+    """Run the trial's trainer (of any kind); returns what it returned."""
+    folder = Path(spec.trial_dir)
+    kind = spec.trainer.kind
+    if kind == BUILTIN:
+        from stepscale.sweeps import builtin
+
+        return builtin.run(spec.config, reporter, folder)
+    if kind == COMMAND:
+        from stepscale.sweeps.command_job import run_command
+
+        return run_command(spec, reporter, stop)
+    from omegaconf import OmegaConf
+
+    function = import_function(spec.trainer.target or "", spec.trainer.python_path)
+    return function(OmegaConf.create(spec.config), reporter, folder)
+
+
+def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
+    """The trainer's status checked against the interface and completed from its eval
+    losses; written to status.json (and metrics.jsonl cleaned of records a resume redid)."""
+    missing = contract.missing_status_keys(status)
+    if missing:
+        raise TrainerContractError(
+            f"the trainer returned {str(status)[:300]!r}, which is not a status: a status is "
+            f"a dict with {' and '.join(repr(k) for k in contract.REQUIRED_STATUS_KEYS)} "
+            f"(lacking {', '.join(missing)}); see docs/trainers.md"
+        )
+    if status["state"] not in TRAINER_FINAL_STATES:
+        raise TrainerContractError(
+            f"the trainer's status has state {status['state']!r}; a finished trial is one of "
+            f"{', '.join(TRAINER_FINAL_STATES)}"
+        )
+    if spec.trainer.kind == BUILTIN:
+        return status  # the built-in trainer reports every key itself
+    records = normalized_records(folder / METRICS_JSONL, rewrite=True)
+    full = complete_status(status, records, spec.horizon, spec.target_loss)
+    JsonlReporter(folder).finish(full)
+    return full
+
+
+def trial_env(spec: TrialSpec, folder: Path) -> dict[str, str]:
+    """The STEPSCALE_* variables every trainer may read (`stepscale.trainer`)."""
+    env = {
+        contract.ENV_TRIAL_DIR: str(folder),
+        contract.ENV_CONFIG: str(folder / contract.CONFIG_JSON),
+        contract.ENV_CONFIG_YAML: str(folder / CONFIG_YAML),
+        contract.ENV_MAX_STEPS: str(spec.horizon),
+        contract.ENV_SEED: str(spec.seed),
+        contract.ENV_ATTEMPT: str(spec.attempt),
+        contract.ENV_RESUME_STEP: str(last_step(folder / METRICS_JSONL)),
+        contract.ENV_CONTROL: str(folder / contract.CONTROL_JSON),
+    }
+    if spec.target_loss is not None:
+        env[contract.ENV_TARGET_LOSS] = repr(float(spec.target_loss))
+    return env
 
 
 class TrialJob(submitit.helpers.Checkpointable):

@@ -5,12 +5,17 @@ study will run (shown by ``--dry-run`` and the progress display)."""
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from typing import Any
 
+from stepscale.sweeps import builtin
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
-from stepscale.sweeps.trials import to_trainer_config, trial_config
+from stepscale.sweeps.trainers import BUILTIN, TrainerSpec, import_function
+from stepscale.sweeps.trials import trial_config
+from stepscale.trainer import PLAN_KEYS
 
 
 def range_ends(space: SearchSpace, point: Point) -> list[dict[str, Any]]:
@@ -25,38 +30,73 @@ def range_ends(space: SearchSpace, point: Point) -> list[dict[str, Any]]:
     return ends
 
 
-def plan_points(cfg: StudyConfig, space: SearchSpace) -> dict[str, dict[str, Any]]:
-    """Validate every point's trainer config; returns per-point horizons and sizes."""
-    from stepscale.models.errors import ConfigError
-    from stepscale.models.plan import prepare
-
+def plan_points(
+    cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec
+) -> dict[str, dict[str, Any]]:
+    """Validate every point's trainer config (the trainer's ``validate``, at the ends of
+    the nuisance ranges); returns per-point horizons and sizes."""
+    check = _validator(trainer)
     out = {}
     for point in space.points:
         plans = []
         for values in range_ends(space, point):
-            tree = trial_config(cfg, space, point, values, cfg.seed, None)
-            if cfg.launcher.name == "slurm":
+            tree = trial_config(cfg, trainer, space, point, values, cfg.seed, None)
+            if trainer.kind == BUILTIN and cfg.launcher.name == "slurm":
                 # The jobs' devices (GPUs, several tasks) are not this machine's: the job
                 # checks train.devices against what it gets.
                 tree["train"]["devices"] = None
             try:
-                plans.append(prepare(to_trainer_config(tree)))
-            except ConfigError as exc:
+                plans.append(check(tree) if check is not None else None)
+            except builtin.RejectedConfig as exc:
                 raise UsageError(
                     f"point {point.label} (nuisance {values}) is rejected by the trainer: {exc}"
                 ) from None
             except Exception as exc:  # e.g. a value of the wrong type for its path
-                raise UsageError(f"point {point.label}: invalid trainer config: {exc}") from None
-        plan = plans[0]
-        out[point.label] = {
-            "horizon_steps": plan.horizon,
-            "tokens_per_step": plan.tokens_per_step,
-            "examples_per_step": plan.examples_per_step,
-            "params": plan.n_params,
-            "flops_per_step": plan.flops_per_step,
-            "loss_floor": plan.info.loss_floor,
-        }
+                raise UsageError(
+                    f"point {point.label} (nuisance {values}): the trainer's validate refused "
+                    f"its config: {type(exc).__name__}: {exc}"
+                ) from None
+        out[point.label] = _sizes(cfg, point.label, plans[0])
     return out
+
+
+def _validator(trainer: TrainerSpec) -> Callable[[dict[str, Any]], Any] | None:
+    if trainer.kind == BUILTIN:
+        return builtin.validate
+    if trainer.validate is None:
+        return None
+    return import_function(trainer.validate, trainer.python_path, key="trainer.validate")
+
+
+def _sizes(cfg: StudyConfig, label: str, plan: Any) -> dict[str, Any]:
+    """A point's sizes from what the trainer's validate returned (a dict of PLAN_KEYS, or
+    None); the horizon falls back to the study's budget.max_steps."""
+    if plan is not None and not isinstance(plan, dict):
+        raise UsageError(
+            f"point {label}: the trainer's validate returned {type(plan).__name__}; "
+            f"return None or a dict of {', '.join(PLAN_KEYS)}"
+        )
+    sizes = {k: (plan or {}).get(k) for k in PLAN_KEYS}
+    b = cfg.budget
+    if sizes["horizon_steps"] is None:
+        per_step = {"max_tokens": "tokens_per_step", "max_examples": "examples_per_step"}
+        for key, rate in per_step.items():
+            budget = getattr(b, key)
+            if budget is not None and sizes[rate]:
+                sizes["horizon_steps"] = math.ceil(budget / sizes[rate])
+            elif budget is not None:
+                raise UsageError(
+                    f"budget.{key}: this trainer does not say what a step consumes (its "
+                    f"validate returns no {rate}); give the horizon as budget.max_steps"
+                )
+        if b.max_steps is not None:
+            sizes["horizon_steps"] = b.max_steps
+    if sizes["horizon_steps"] is None:
+        raise UsageError(
+            f"point {label}: no horizon; give budget.max_steps (how many steps a trial trains)"
+        )
+    sizes["horizon_steps"] = int(sizes["horizon_steps"])
+    return sizes
 
 
 def plan_summary(
@@ -73,10 +113,10 @@ def plan_summary(
             "trials": trials,
             "horizon_steps": steps,
             "tokens_per_step": s["tokens_per_step"],
-            "horizon_tokens": steps * s["tokens_per_step"],
-            "horizon_examples": steps * s["examples_per_step"],
+            "horizon_tokens": _times(steps, s["tokens_per_step"]),
+            "horizon_examples": _times(steps, s["examples_per_step"]),
             "budget_steps": steps * trials,
-            "budget_tokens": steps * trials * s["tokens_per_step"],
+            "budget_tokens": _times(steps * trials, s["tokens_per_step"]),
             "params": s["params"],
             "loss_floor": s["loss_floor"],
         })  # fmt: skip
@@ -88,10 +128,21 @@ def plan_summary(
         "confirm_seeds": cfg.budget.confirm_seeds,
         "total_trials": trials * len(points),
         "total_budget_steps": sum(p["budget_steps"] for p in points),
-        "total_budget_tokens": sum(p["budget_tokens"] for p in points),
+        "total_budget_tokens": _total(p["budget_tokens"] for p in points),
         "objective": dataclasses.asdict(cfg.objective),
         "sampler": cfg.sampler.name,
         "pruner": cfg.pruner.name,
         "launcher": cfg.launcher.name,
         "parallelism": cfg.parallelism,
     }
+
+
+def _times(steps: int, per_step: int | None) -> int | None:
+    """Steps × what a step consumes; None when the trainer did not say."""
+    return None if per_step is None else steps * per_step
+
+
+def _total(values: Any) -> int | None:
+    """The sum, or None when any value is unknown."""
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)

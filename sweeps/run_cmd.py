@@ -26,6 +26,7 @@ from stepscale.sweeps.runlock import RunLock
 from stepscale.sweeps.space import build_space
 from stepscale.sweeps.storage import open_storage, resolve
 from stepscale.sweeps.study_files import check_unchanged, make_run_dir, write_study_files
+from stepscale.sweeps.trainers import BUILTIN, study_trainer
 from stepscale.sweeps.validate import check_grid, check_study
 
 __all__ = ["prepare_study", "run_orchestrator", "run_study"]
@@ -47,8 +48,9 @@ def run_study(
         print(OmegaConf.to_yaml(raw), end="")
         return 0
     check_study(cfg)
-    space = build_space(cfg)
-    sizes = plan_points(cfg, space)
+    trainer, settable = study_trainer(cfg, config_dir)
+    space = build_space(cfg, settable)
+    sizes = plan_points(cfg, space, trainer)
     check_grid(cfg, space)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name
     storage_spec = resolve(cfg.storage, run_dir)
@@ -75,14 +77,18 @@ def run_study(
         _print_detached(job, run_dir)
         return 0
 
-    from stepscale.models.train import configure_compile_cache
     from stepscale.sweeps.display import StudyProgress
     from stepscale.sweeps.scheduler import Scheduler
 
-    configure_compile_cache(cfg.train.compile_cache_dir)
+    if trainer.kind == BUILTIN:
+        from stepscale.sweeps.builtin import configure_compile_cache
+
+        configure_compile_cache(cfg.train.compile_cache_dir)
     horizons = {label: s["horizon_steps"] for label, s in sizes.items()}
     with StudyProgress(cfg.name, plan) as progress:
-        scheduler = Scheduler(cfg, space, run_dir, storage_spec, storage, horizons, progress)
+        scheduler = Scheduler(
+            cfg, space, run_dir, storage_spec, storage, horizons, trainer, progress
+        )
         try:
             stats = scheduler.run()
         except BaseException:  # Ctrl-C, a requeue of a detached orchestrator, a crash

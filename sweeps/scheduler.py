@@ -35,12 +35,14 @@ from stepscale.sweeps.samplers import derived_seed, make_sampler
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.trainers import TrainerSpec
 from stepscale.sweeps.trial_records import adopted_record, jsonable, trial_record
 from stepscale.sweeps.trials import (
     TrialSpec,
     now_iso,
     trial_config,
-    write_config_yaml,
+    trial_settings,
+    write_trial_config,
     write_trial_json,
 )
 
@@ -81,9 +83,11 @@ class Scheduler:
         storage_spec: StorageSpec,
         storage: optuna.storages.BaseStorage,
         horizons: dict[str, int],
+        trainer: TrainerSpec,
         progress: Callable[[list[PointStats]], None] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.trainer = trainer
         self.space = space
         self.run_dir = run_dir
         self.storage_spec = storage_spec
@@ -163,10 +167,12 @@ class Scheduler:
         if previous.get("failures"):
             record["failures"] = previous["failures"]  # errors of earlier attempts (retried)
         nuisance = self.space.trainer_values(point.label, trial.params)
-        tree = trial_config(self.cfg, self.space, point, nuisance, record["seed"], folder)
-        write_config_yaml(folder, tree)
+        seed = record["seed"]
+        tree = trial_config(self.cfg, self.trainer, self.space, point, nuisance, seed, folder)
+        write_trial_config(folder, tree)
         write_trial_json(folder, record)
-        spec = self._spec(point, trial, folder, tree, attempt, record["kind"])
+        settings = trial_settings(self.cfg, self.trainer, self.space, point, nuisance, seed)
+        spec = self._spec(point, trial, folder, tree, attempt, record["kind"], seed, settings)
         heartbeat.hold(folder, self.owner)
         return Prepared(point, trial._trial_id, trial.number, folder, spec, record)
 
@@ -194,6 +200,8 @@ class Scheduler:
         tree: dict[str, Any],
         attempt: int,
         kind: str,
+        seed: int,
+        settings: dict[str, Any],
     ) -> TrialSpec:
         return TrialSpec(
             trial=f"{point.label}/{trial.number}",
@@ -203,12 +211,15 @@ class Scheduler:
             trial_dir=str(folder.resolve()),
             config=tree,
             storage=self.storage_spec,
-            trainer=self.cfg.trainer,
+            trainer=self.trainer,
+            seed=seed,
+            target_loss=self.cfg.objective.target_loss,
             pruner=asdict(self.cfg.pruner) if self.cfg.pruner.name != "none" else None,
             horizon=self.horizons[point.label],
             attempt=attempt,
             # Confirm seeds re-run the best values to measure seed spread: never pruned.
             prune=kind == "tune",
+            settings=settings,
         )
 
     # ------------------------------------------------------------- finish
@@ -274,7 +285,8 @@ class Scheduler:
         heartbeat.hold(o.folder, self.owner)
         # The job runs with the spec it was submitted with; this one is for bookkeeping.
         attempt = int(o.record.get("attempts", 1))
-        spec = self._spec(o.point, o.trial, o.folder, {}, attempt, o.record.get("kind", "tune"))
+        kind, seed = o.record.get("kind", "tune"), int(o.record.get("seed", self.cfg.seed))
+        spec = self._spec(o.point, o.trial, o.folder, {}, attempt, kind, seed, {})
         trial_id = o.trial._trial_id
         self.running[trial_id] = Running(
             o.point, trial_id, o.trial.number, o.folder, spec, o.record, handle

@@ -1,7 +1,7 @@
 """The typed root config registered with Hydra's ConfigStore.
 
-The root is the trainer's config (`models.config.TrainerConfig`: model, data, optimizer,
-schedule, train) plus the study: scientific × nuisance × fixed parameters, budget,
+The root is the built-in trainer's config (`TrainerConfig`: model, data, optimizer,
+schedule, train), the trainer of the trials (`trainer`, the built-in one by default) plus the study: scientific × nuisance × fixed parameters, budget,
 objective, sampler, pruner, launcher and storage (docs/search-space.md). `sweep train` reads only
 the trainer part; `sweep run` reads everything.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepscale.models.config import TrainerConfig
+from stepscale.sweeps.builtin import TrainerConfig
 
 SCHEMA_NAME = "stepscale_schema"
 
@@ -158,21 +158,14 @@ class StorageConfig:
     url_env: str | None = None  # environment variable holding the URL (with password)
 
 
-BUILTIN_TRAINER = "stepscale.models.train:train"
-# Trainer paths that run directories recorded before the code moved under `stepscale`.
-LEGACY_TRAINERS = {"models.train:train": BUILTIN_TRAINER}
-
-
-def canonical_trainer(path: str) -> str:
-    """A trainer path ``module:function`` as it is named today (old built-in paths mapped)."""
-    return LEGACY_TRAINERS.get(path, path)
-
-
 @dataclass
 class StudyConfig(TrainerConfig):
     """The root config: a trainer config plus the study around it."""
 
-    trainer: str = BUILTIN_TRAINER  # module:function run inside each job
+    # The trainer of every trial (sweeps.trainers, docs/trainers.md): None = the built-in one,
+    # whose config is model/data/optimizer/schedule/train; {target: "module:function",
+    # config: {…}} for a Python function; {command: [...], config: {…}} for any program.
+    trainer: Any = None
     scientific: dict[str, ScientificParam] = field(default_factory=dict)
     nuisance: dict[str, NuisanceParam] = field(default_factory=dict)
     fixed: dict[str, FixedParam] = field(default_factory=dict)

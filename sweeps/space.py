@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,9 +84,9 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _check_path(kind: str, alias: str, path: str) -> None:
-    if path not in TRAINER_PATHS:
-        close = sorted(p for p in TRAINER_PATHS if p.split(".")[-1] == path.split(".")[-1])
+def _check_path(kind: str, alias: str, path: str, known: Collection[str] | None) -> None:
+    if known is not None and path not in known:
+        close = sorted(p for p in known if p.split(".")[-1] == path.split(".")[-1])
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UsageError(f"{kind}.{alias}.path: unknown trainer key {path!r}{hint}")
 
@@ -149,8 +150,9 @@ class SearchSpace:
         return {n.name: n.path for n in self.nuisance[label]}
 
 
-def build_space(cfg: StudyConfig) -> SearchSpace:
-    """Validate the study's parameters and enumerate its points."""
+def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS) -> SearchSpace:
+    """Validate the study's parameters and enumerate its points. ``known``: the keys of the
+    trainer's config a parameter may set (default: the built-in trainer's; None: any)."""
     if not cfg.scientific:
         raise UsageError("scientific: a study needs at least one scientific axis (e.g. batch_size)")
     seen_paths: dict[str, str] = {}
@@ -160,7 +162,7 @@ def build_space(cfg: StudyConfig) -> SearchSpace:
         ("fixed", cfg.fixed),
     ):
         for alias, p in params.items():
-            _check_path(kind, alias, p.path)
+            _check_path(kind, alias, p.path, known)
             if p.path in seen_paths:
                 raise UsageError(
                     f"{kind}.{alias}.path: {p.path} is already set by {seen_paths[p.path]}"

@@ -16,9 +16,10 @@ from stepscale.files import read_json, write_json_atomic
 from stepscale.redact import redact
 from stepscale.rundir import CONFIG_YAML, SPACE_JSON, STUDY_JSON
 from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.schema import StudyConfig, canonical_trainer
+from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import SearchSpace
 from stepscale.sweeps.space_doc import dumps_stable, space_document
+from stepscale.sweeps.trainers import trainer_identity
 from stepscale.sweeps.trials import now_iso
 
 # Keys that may change between runs of one study: they change how or how much is run,
@@ -43,7 +44,7 @@ def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
         node.pop(leaf, None)
     for axis in tree["scientific"].values():
         axis.pop("values", None)
-    tree["trainer"] = canonical_trainer(tree["trainer"])
+    tree["trainer"] = trainer_identity(cfg.trainer)
     return _plain(tree)
 
 
@@ -64,8 +65,8 @@ def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
             raise UsageError(f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study")
         return
     recorded = saved.get("fingerprint")
-    if isinstance(recorded, dict) and isinstance(recorded.get("trainer"), str):
-        recorded = {**recorded, "trainer": canonical_trainer(recorded["trainer"])}
+    if isinstance(recorded, dict) and "trainer" in recorded:
+        recorded = {**recorded, "trainer": trainer_identity(recorded["trainer"])}
     changed = _diff(recorded, fingerprint(cfg))
     if changed:
         raise UsageError(

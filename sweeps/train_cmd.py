@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from stepscale.reporters import JsonlReporter
 from stepscale.rundir import (
     CHECKPOINTS_DIR,
     CONFIG_YAML,
@@ -107,15 +108,12 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
         return 0
     trainer_cfg = to_object(cfg)
 
-    from stepscale.models.errors import ConfigError  # heavy imports only once the config composed
-    from stepscale.models.plan import prepare
-    from stepscale.models.reporter import JsonlReporter
-    from stepscale.models.train import configure_compile_cache, train
+    from stepscale.sweeps import builtin  # heavy imports only once the config composed
 
     try:
-        plan = prepare(trainer_cfg)
-        configure_compile_cache(trainer_cfg.train.compile_cache_dir)
-    except ConfigError as exc:
+        plan = builtin.plan_run(trainer_cfg)
+        builtin.configure_compile_cache(trainer_cfg.train.compile_cache_dir)
+    except builtin.RejectedConfig as exc:
         raise UsageError(str(exc)) from None
     run_dir = (
         Path(trainer_cfg.run_dir) if trainer_cfg.run_dir else default_run_dir(trainer_cfg.name)
@@ -128,8 +126,8 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
     with StepProgress(trainer_cfg.name) as progress:
-        status = train(
-            trainer_cfg, JsonlReporter(run_dir), run_dir=run_dir, progress=progress, plan=plan
+        status = builtin.train_config(
+            trainer_cfg, JsonlReporter(run_dir), run_dir, progress=progress, plan=plan
         )
     print(f"run dir: {run_dir}", file=sys.stderr)
     print(json.dumps(json.loads((run_dir / STATUS_JSON).read_text()), indent=2, sort_keys=True))

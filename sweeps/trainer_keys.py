@@ -1,30 +1,10 @@
-"""The trainer config's keys: one walk over `TrainerConfig`'s dataclass fields, giving
-every leaf's dotted key (``optimizer.lr``) and its type; what a study may set and what an
+"""The built-in trainer config's keys (`stepscale.sweeps.builtin.trainer_fields`): every
+leaf's dotted key (``optimizer.lr``) and its type; what a study may set and what an
 importer may round to an int both come from here."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
-from stepscale.models.config import TrainerConfig
-
-
-def trainer_fields() -> dict[str, str]:
-    """Dotted key → the type annotation (text, e.g. ``int``, ``float | None``) of every
-    leaf field of the trainer config, in declaration order."""
-    out: dict[str, str] = {}
-
-    def walk(obj: Any, prefix: str) -> None:
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-            else:
-                out[f"{prefix}{f.name}"] = str(f.type)
-
-    walk(TrainerConfig(), "")
-    return out
+from stepscale.sweeps.builtin import trainer_fields
 
 
 def _single_type(annotation: str) -> str | None:

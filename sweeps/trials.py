@@ -1,8 +1,9 @@
 """Trial configs, the picklable job spec, and the trial folder's files.
 
-A trial's trainer config is the study's trainer config with the point's scientific
-values, the sampled nuisance values, the fixed values, the budget's horizon and the
-objective's target written at their paths.
+A trial's trainer config is the trainer's config tree (the built-in trainer's sections of
+the study config, or ``trainer.config`` of a user's trainer) with the point's scientific
+values, the sampled nuisance values and the fixed values written at their paths, and the
+budget's horizon, the seed and the objective's target where the trainer reads them.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from stepscale.files import write_json_atomic, write_text_atomic
-from stepscale.models.config import TrainerConfig
 from stepscale.rundir import CONFIG_YAML, TRIAL_JSON
+from stepscale.sweeps.builtin import SECTIONS
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
-
-TRAINER_SECTIONS = ("model", "data", "optimizer", "schedule", "train")
+from stepscale.sweeps.trainers import BUILTIN, TrainerSpec
+from stepscale.trainer import CONFIG_JSON
 
 
 def now_iso() -> str:
@@ -31,21 +32,50 @@ def now_iso() -> str:
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
-    """``tree[a][b] = value`` for ``path == "a.b"``."""
+    """``tree[a][b] = value`` for ``path == "a.b"`` (missing parents are created)."""
     *parents, leaf = path.split(".")
     node = tree
     for key in parents:
-        node = node[key]
+        node = node.setdefault(key, {})
     node[leaf] = value
 
 
-def trainer_base(study: StudyConfig) -> dict[str, Any]:
-    """The trainer sections of the study config as a plain dict."""
-    return {k: asdict(getattr(study, k)) for k in TRAINER_SECTIONS}
+def trainer_base(study: StudyConfig, trainer: TrainerSpec) -> dict[str, Any]:
+    """The trainer's config tree before a trial's values: the built-in trainer's sections
+    of the study config, or a user trainer's own ``trainer.config``."""
+    if trainer.kind == BUILTIN:
+        return {k: asdict(getattr(study, k)) for k in SECTIONS}
+    return copy.deepcopy(trainer.config)
+
+
+def trial_settings(
+    study: StudyConfig,
+    trainer: TrainerSpec,
+    space: SearchSpace,
+    point: Point,
+    nuisance: dict[str, Any],
+    seed: int,
+) -> dict[str, Any]:
+    """path → value of everything a study sets in one trial's trainer config: the point's
+    scientific values, the sampled nuisance values, the fixed values and (for a user
+    trainer) the horizon, seed and target at the paths of ``trainer.keys``."""
+    settings = {space.scientific_paths[a]: v for a, v in point.values.items()}
+    paths = space.paths(point.label)
+    settings |= {paths[a]: v for a, v in nuisance.items()}
+    settings |= dict(space.fixed.values())
+    if trainer.kind != BUILTIN:
+        study_values = {
+            "max_steps": study.budget.max_steps,
+            "seed": seed,
+            "target_loss": study.objective.target_loss,
+        }
+        settings |= {path: study_values[key] for key, path in trainer.keys.items()}
+    return settings
 
 
 def trial_config(
     study: StudyConfig,
+    trainer: TrainerSpec,
     space: SearchSpace,
     point: Point,
     nuisance: dict[str, Any],
@@ -53,14 +83,11 @@ def trial_config(
     run_dir: Path | None,
 ) -> dict[str, Any]:
     """The trainer config (plain dict) of one trial."""
-    tree = copy.deepcopy(trainer_base(study))
-    for alias, value in point.values.items():
-        set_path(tree, space.scientific_paths[alias], value)
-    paths = space.paths(point.label)
-    for alias, value in nuisance.items():
-        set_path(tree, paths[alias], value)
-    for path, value in space.fixed.values():
+    tree = trainer_base(study, trainer)
+    for path, value in trial_settings(study, trainer, space, point, nuisance, seed).items():
         set_path(tree, path, value)
+    if trainer.kind != BUILTIN:
+        return tree
     train = tree["train"]
     b = study.budget
     if b.max_steps is not None or b.max_tokens is not None or b.max_examples is not None:
@@ -79,12 +106,6 @@ def trial_config(
     return tree
 
 
-def to_trainer_config(tree: dict[str, Any]) -> TrainerConfig:
-    """A typed trainer config from a plain dict (as built by `trial_config`)."""
-    merged = OmegaConf.merge(OmegaConf.structured(TrainerConfig), tree)
-    return OmegaConf.to_object(merged)  # type: ignore[return-value]
-
-
 @dataclass(frozen=True)
 class TrialSpec:
     """Everything a job needs, picklable and free of secrets."""
@@ -96,12 +117,15 @@ class TrialSpec:
     trial_dir: str
     config: dict[str, Any]
     storage: StorageSpec
-    trainer: str  # "module:function"
+    trainer: TrainerSpec
+    seed: int
+    target_loss: float | None  # the study's target (the job completes the status with it)
     pruner: dict[str, Any] | None  # PrunerConfig as a dict; None = never ask
     horizon: int  # the trial's horizon in steps
     attempt: int = 1
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
     prune: bool = True  # False for confirm seeds: report intermediate values, never prune
+    settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
 
 
 def write_trial_json(folder: Path, record: dict[str, Any]) -> None:
@@ -110,7 +134,8 @@ def write_trial_json(folder: Path, record: dict[str, Any]) -> None:
     write_json_atomic(folder / TRIAL_JSON, record)
 
 
-def write_config_yaml(folder: Path, tree: dict[str, Any]) -> None:
-    """The trial's resolved trainer config as YAML."""
+def write_trial_config(folder: Path, tree: dict[str, Any]) -> None:
+    """The trial's resolved trainer config as ``config.yaml`` and ``config.json``."""
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / CONFIG_YAML, OmegaConf.to_yaml(OmegaConf.create(tree)))
+    write_json_atomic(folder / CONFIG_JSON, tree)

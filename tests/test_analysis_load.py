@@ -16,7 +16,7 @@ from run_dirs import Spec, make_run_dir
 from stepscale import analysis
 from stepscale.analysis.load import RunDirError, open_results, parameters, save
 
-# Records and status exactly as `sweep train conf=train_smoke` writes them (models/reporter.py).
+# Records and status exactly as `sweep train conf=train_smoke` writes them (stepscale/reporters.py).
 REAL_METRICS = """\
 {"step":0,"eval_loss":2.7926979064941406,"tokens":0,"examples":0,"wall_s":0.6995}
 {"step":10,"train_loss":2.72392475605011,"lr":0.003000000026077032,"grad_norm":0.8229863822460175,"update_norm":0.33934900164604187,"param_norm":18.87006187438965,"tokens":5120,"examples":160,"wall_s":5.6153,"steps_per_s":1.781}

@@ -16,8 +16,8 @@ from helpers import read_jsonl, tiny_gpt, tiny_nqm
 import stepscale
 from stepscale import rundir
 from stepscale.analysis.fits.targets import first_crossing
-from stepscale.models.reporter import JsonlReporter
 from stepscale.models.train import train
+from stepscale.reporters import JsonlReporter
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"sweeps": "stepscale.sweeps", "models": "stepscale.models"}

@@ -26,7 +26,7 @@ from helpers import read_jsonl, tiny_gpt, without_wall
 from stepscale.models.config import TrainConfig
 from stepscale.models.distributed import join_args, maybe_initialize
 from stepscale.models.errors import ConfigError
-from stepscale.models.reporter import Action, JsonlReporter, NullReporter
+from stepscale.reporters import Action, JsonlReporter, NullReporter
 
 # Losses of the 2-process run agree with the 1-process run to this relative tolerance
 # (the same program; only the cross-device sum runs over gloo instead of in-process).

@@ -12,9 +12,9 @@ from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
 
 from stepscale.models import checkpoint
 from stepscale.models.nets.nqm import nqm_curvature, nqm_true_noise_scale
-from stepscale.models.reporter import Action, JsonlReporter, NullReporter
 from stepscale.models.step import TRACE_COUNTS
 from stepscale.models.train import train
+from stepscale.reporters import Action, JsonlReporter, NullReporter
 
 
 def _final_arrays(run_dir: Path) -> dict[str, np.ndarray]:

@@ -70,8 +70,12 @@ def run_export(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if not any(o.startswith("conf=") for o in overrides):
         raise UsageError("export needs conf=NAME (see `sweep list`)")
+    from stepscale.sweeps.trainers import study_trainer
+
     _, cfg, _ = prepare_study(overrides, args.config_dir)
-    build_space(cfg)  # first: a training preset is told it has no scientific axis
+    build_space(
+        cfg, study_trainer(cfg, args.config_dir)[1]
+    )  # first: a training preset is told it has no scientific axis
     check_study(cfg)
     try:
         text, losses = export_space(space_document(cfg), args.format)

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from stepscale.models.config import DataConfig, TrainConfig
 from stepscale.rundir import BATCH_PATH
+from stepscale.sweeps.builtin import DataConfig, TrainConfig
 from stepscale.sweeps.formats.common import unique_alias
 from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 

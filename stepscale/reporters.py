@@ -1,7 +1,6 @@
-"""The seam between a training run and whoever watches it.
+"""Reporters (`stepscale.trainer.Reporter`): where a trainer's records go.
 
-The trainer hands every logged record to a `Reporter` and asks whether to go on; at the
-end it hands over the final status. `JsonlReporter` is the default: it writes
+`JsonlReporter` is the default: it writes
 ``metrics.jsonl`` (one JSON object per logged step) and ``status.json`` in the run dir,
 as docs/run-dir.md describes (names and keys: `stepscale.rundir`). Other reporters
 (Optuna's, in `sweeps/`) wrap or replace it.
@@ -9,40 +8,17 @@ as docs/run-dir.md describes (names and keys: `stepscale.rundir`). Other reporte
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stepscale import rundir
 from stepscale.files import write_json_atomic, write_text_atomic
+from stepscale.trainer import Action, Reporter
 
-
-class Action(enum.Enum):
-    """What a reporter wants the trainer to do after a record."""
-
-    CONTINUE = "continue"
-    STOP = "stop"  # end the run as complete (e.g. a budget is spent)
-    PRUNE = "prune"  # end the run as pruned
-
-
-class Reporter(Protocol):
-    """Receives metrics by optimizer step; ``step`` counts updates done."""
-
-    def begin(self, step: int) -> None:
-        """Called once before training; ``step`` > 0 when resuming from a checkpoint, and
-        records after it must be forgotten (they will be produced again)."""
-        ...
-
-    def report(self, step: int, metrics: dict[str, Any]) -> Action:
-        """Take one record and say whether training should go on."""
-        ...
-
-    def finish(self, status: dict[str, Any]) -> None:
-        """Take the final status (state, steps_done, steps_to_target, …)."""
-        ...
+__all__ = ["Action", "JsonlReporter", "NullReporter", "Reporter", "dumps", "truncate_jsonl"]
 
 
 def finite_or_none(value: Any) -> Any:

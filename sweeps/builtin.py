@@ -1,0 +1,113 @@
+"""The built-in trainer as the orchestrator sees it: the one module of `stepscale.sweeps`
+that imports `stepscale.models` (a test enforces it).
+
+The built-in trainer is the default implementation of the trainer interface
+(`stepscale.trainer`): its config is the study's ``model``/``data``/``optimizer``/
+``schedule``/``train`` sections (`TrainerConfig`), its ``validate`` is the planner
+(`stepscale.models.plan.prepare`) and it runs as `stepscale.models.train.train`. Only the
+config dataclasses are imported at module level; JAX is imported when training or
+planning starts, so a command trainer's job never loads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
+from stepscale.trainer import Reporter
+
+__all__ = [
+    "SECTIONS",
+    "DataConfig",
+    "RejectedConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "configure_compile_cache",
+    "plan_run",
+    "run",
+    "to_trainer_config",
+    "train_config",
+    "trainer_fields",
+    "validate",
+]
+
+# The study config's sections that are the built-in trainer's config.
+SECTIONS = ("model", "data", "optimizer", "schedule", "train")
+
+
+class RejectedConfig(ValueError):
+    """The built-in trainer cannot train this config (its message says why)."""
+
+
+def trainer_fields() -> dict[str, str]:
+    """Dotted key → the type annotation (text, e.g. ``int``, ``float | None``) of every
+    leaf field of the built-in trainer's config, in declaration order."""
+    out: dict[str, str] = {}
+
+    def walk(obj: Any, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                out[f"{prefix}{f.name}"] = str(f.type)
+
+    walk(TrainerConfig(), "")
+    return out
+
+
+def to_trainer_config(tree: dict[str, Any]) -> TrainerConfig:
+    """A typed trainer config from a plain dict (as a study builds it for a trial)."""
+    merged = OmegaConf.merge(OmegaConf.structured(TrainerConfig), tree)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+def plan_run(cfg: TrainerConfig) -> Any:
+    """The built-in trainer's plan of a run (`stepscale.models.plan.RunPlan`); a config it
+    cannot train → `RejectedConfig`."""
+    from stepscale.models.errors import ConfigError
+    from stepscale.models.plan import prepare
+
+    try:
+        return prepare(cfg)
+    except ConfigError as exc:
+        raise RejectedConfig(str(exc)) from None
+
+
+def validate(tree: dict[str, Any]) -> dict[str, Any]:
+    """The trainer interface's ``validate`` of the built-in trainer: the point's sizes
+    (`stepscale.trainer.PLAN_KEYS`), or `RejectedConfig`/another error naming the problem."""
+    plan = plan_run(to_trainer_config(tree))
+    return {
+        "horizon_steps": plan.horizon,
+        "tokens_per_step": plan.tokens_per_step,
+        "examples_per_step": plan.examples_per_step,
+        "params": plan.n_params,
+        "flops_per_step": plan.flops_per_step,
+        "loss_floor": plan.info.loss_floor,
+    }
+
+
+def run(tree: dict[str, Any], reporter: Reporter, trial_dir: Path) -> dict[str, Any]:
+    """Train one trial of the built-in trainer from its config tree; returns its status."""
+    return train_config(to_trainer_config(tree), reporter, trial_dir)
+
+
+def train_config(
+    cfg: TrainerConfig, reporter: Reporter, run_dir: Path, **kwargs: Any
+) -> dict[str, Any]:
+    """Train one run of the built-in trainer (`stepscale.models.train.train`)."""
+    from stepscale.models.train import train
+
+    return train(cfg, reporter, run_dir=run_dir, **kwargs)
+
+
+def configure_compile_cache(directory: str | None) -> None:
+    """Point JAX's persistent compilation cache at ``directory`` (None: the default)."""
+    from stepscale.models.train import configure_compile_cache as configure
+
+    configure(directory)

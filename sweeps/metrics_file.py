@@ -1,0 +1,108 @@
+"""Reading a trial's ``metrics.jsonl`` as a trainer writes it: line by line while it grows
+(a command trainer appends to it; the job follows), and whole, with the records that a
+resumed run produced again put in order (a run that resumes from step s writes steps
+after s again; the later records win)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from stepscale.files import write_text_atomic
+from stepscale.reporters import dumps
+
+
+class MalformedRecord(ValueError):
+    """A line of metrics.jsonl that is not a JSON object with an integer ``step``."""
+
+    def __init__(self, lineno: int, line: str, why: str) -> None:
+        super().__init__(
+            f"metrics.jsonl line {lineno}: {why}: {line[:200]!r} (each line must be a JSON "
+            'object with an integer "step", e.g. {"step": 100, "eval_loss": 2.3})'
+        )
+        self.lineno = lineno
+
+
+def parse_record(line: str, lineno: int) -> dict[str, Any]:
+    """One line as a record, or `MalformedRecord` saying what is wrong with it."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise MalformedRecord(lineno, line, f"not JSON ({exc.msg})") from None
+    if not isinstance(record, dict):
+        raise MalformedRecord(lineno, line, "not a JSON object")
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise MalformedRecord(lineno, line, 'no integer "step" ≥ 0')
+    return record
+
+
+class MetricsTail:
+    """Follows a growing metrics.jsonl: each call of `read_new` returns the complete lines
+    added since the last call. A file replaced or cut short (a trainer that resumes and
+    rewrites it) is read again from its start."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.lineno = 0
+        self.inode: int | None = None
+        self.partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Records of the lines completed since the last call (`MalformedRecord` on a bad one)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        if st.st_ino != self.inode or st.st_size < self.offset:
+            self.inode, self.offset, self.lineno, self.partial = st.st_ino, 0, 0, b""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        records = []
+        for raw in lines:
+            self.lineno += 1
+            line = raw.decode("utf-8", errors="replace").strip()
+            if line:
+                records.append(parse_record(line, self.lineno))
+        return records
+
+
+def normalized_records(path: Path, rewrite: bool = False) -> list[dict[str, Any]]:
+    """The records of ``path`` in step order, each step once: records of one step in a
+    row are merged, and a record whose step is before the previous one's starts over from
+    that step (a resumed run: the records it redoes replace the old ones). Unreadable lines
+    (one cut short by a crash) are skipped. ``rewrite``: write the file back that way."""
+    kept: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = parse_record(line, n)
+        except MalformedRecord:
+            continue
+        step = record["step"]
+        if kept and kept[-1]["step"] == step:  # two reports of one step: one record
+            kept[-1] = {**kept[-1], **record}
+            continue
+        while kept and kept[-1]["step"] >= step:
+            kept.pop()
+        kept.append(record)
+    if rewrite:
+        write_text_atomic(path, "".join(dumps(r) + "\n" for r in kept))
+    return kept
+
+
+def last_step(path: Path) -> int:
+    """The last step recorded in ``path`` (0 when there is none)."""
+    records = normalized_records(path)
+    return int(records[-1]["step"]) if records else 0
