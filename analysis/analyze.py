@@ -241,13 +241,15 @@ def analyze(
     notes: list[str] = []
     if axes.batch is None:
         notes.append(
-            f"no batch-size axis (a scientific parameter with path {BATCH_PATH}): the S(B) "
+            f"no batch-size axis (a scientific parameter with path {BATCH_PATH}, or "
+            "quantity: batch_size on a trainer's own key): the S(B) "
             f"fit, B_crit vs target, optimal LR vs batch size and B_simple beside B_crit are "
             f"skipped"
         )
     if axes.lr is None:
         notes.append(
-            f"no learning-rate nuisance parameter (path {LR_PATH}): optimal LR per batch "
+            f"no learning-rate nuisance parameter (path {LR_PATH}, or quantity: "
+            "learning_rate): optimal LR per batch "
             f"size and the η*(B) law are skipped"
         )
     if target is None:

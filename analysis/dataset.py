@@ -1,8 +1,10 @@
 """Views of a loaded study Dataset: its axes, groups, curves and per-point summaries.
 
-A study's axes are found by trainer path, not by alias: the batch-size axis is the
-scientific parameter whose path is ``data.global_batch``, the LR the nuisance parameter
-whose path is ``optimizer.lr``, the sequence length the scientific ``data.seq_len``.
+A study's axes are found by what they measure, not by alias: the batch-size axis is the
+scientific parameter with ``quantity: batch_size`` in space.json, the LR the nuisance
+parameter with ``quantity: learning_rate``, the sequence length the scientific one with
+``quantity: seq_len``; the built-in trainer's ``data.global_batch``, ``optimizer.lr`` and
+``data.seq_len`` measure these without saying so (`stepscale.rundir.quantity_of`).
 Scientific axes other than the batch size split trials into *groups* (one S(B) fit each);
 a categorical one is an ablation *variant*. The *x* axis of a study is its batch size,
 else its first numeric scientific axis. Batch sizes and examples are counted in the
@@ -22,7 +24,15 @@ import xarray as xr
 
 from stepscale.analysis.fits.targets import CurveSteps, steps_at_target
 from stepscale.analysis.load import FINAL_STATES, parameters
-from stepscale.rundir import BATCH_PATH, EXAMPLES, SEQUENCES
+from stepscale.rundir import (
+    BATCH_PATH,
+    BATCH_SIZE,
+    EXAMPLES,
+    LEARNING_RATE,
+    SEQ_LEN,
+    SEQUENCES,
+    quantity_of,
+)
 
 __all__ = [
     "BATCH_PATH",
@@ -57,6 +67,7 @@ class Axis:
     path: str
     role: str
     categorical: bool
+    quantity: str | None = None  # batch_size | learning_rate | seq_len (stepscale.rundir)
 
 
 @dataclass(frozen=True)
@@ -94,14 +105,21 @@ def study_axes(ds: xr.Dataset) -> StudyAxes:
     for meta in parameters(ds):
         values = ds[meta["coord"]].values
         categorical = values.dtype.kind in "USO" or values.dtype.kind == "b"
-        axes.append(Axis(meta["name"], meta["coord"], meta["path"], meta["role"], categorical))
+        quantity = quantity_of(meta["path"], meta.get("quantity"))
+        axes.append(
+            Axis(meta["name"], meta["coord"], meta["path"], meta["role"], categorical, quantity)
+        )
     sci = tuple(a for a in axes if a.role == "scientific")
-    batch = next((a for a in sci if a.path == BATCH_PATH and not a.categorical), None)
+    batch = next((a for a in sci if a.quantity == BATCH_SIZE and not a.categorical), None)
     lr = next(
-        (a for a in axes if a.role == "nuisance" and a.path == LR_PATH and not a.categorical),
+        (
+            a
+            for a in axes
+            if a.role == "nuisance" and a.quantity == LEARNING_RATE and not a.categorical
+        ),
         None,
     )
-    seq = next((a for a in sci if a.path == SEQ_LEN_PATH and not a.categorical), None)
+    seq = next((a for a in sci if a.quantity == SEQ_LEN and not a.categorical), None)
     x = batch or next((a for a in sci if not a.categorical), None)
     groups = tuple(a for a in sci if a is not batch)
     variant = next((a for a in groups if a.categorical), None) if batch is not None else None

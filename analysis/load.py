@@ -56,7 +56,7 @@ from stepscale.analysis.trial_files import (
     trial_state,
 )
 from stepscale.files import atomic_path
-from stepscale.rundir import BATCH_PATH, default_batch_unit
+from stepscale.rundir import BATCH_SIZE, default_batch_unit, quantity_of
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -146,6 +146,17 @@ def _axes(study: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, tuple
     return out
 
 
+def _space_quantities(space: Mapping[str, Any]) -> dict[str, str]:
+    """alias → what the parameter measures (`stepscale.rundir.quantity_of`)."""
+    out = {}
+    for p in space.get("parameters", []) or []:
+        if isinstance(p, Mapping) and "name" in p:
+            quantity = quantity_of(str(p.get("path", "")), p.get("quantity"))
+            if quantity is not None:
+                out[str(p["name"])] = quantity
+    return out
+
+
 def _space_units(space: Mapping[str, Any]) -> dict[str, str]:
     """alias → unit of the parameters of space.json that state one."""
     out = {}
@@ -182,7 +193,8 @@ def batch_unit_of(space: Mapping[str, Any], root: Path, trials: Sequence[Path] =
     for role in ("scientific", "fixed"):
         for p in params:
             unit = p.get("unit")
-            ours = p.get("role") == role and p.get("path") == BATCH_PATH
+            measures = quantity_of(str(p.get("path", "")), p.get("quantity"))
+            ours = p.get("role") == role and measures == BATCH_SIZE
             if ours and isinstance(unit, str) and unit.strip():
                 return unit.strip()
     for path in (root / rundir.CONFIG_YAML, *(d / rundir.CONFIG_YAML for d in sorted(trials)[:1])):
@@ -265,6 +277,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
 
     axes = _axes(study, space)
     param_units = _space_units(space)
+    quantities = _space_quantities(space)
     params_meta = []
     for role in ("scientific", "nuisance", "fixed"):
         aliases = list(
@@ -278,12 +291,15 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
             name = _unique_name(alias, taken, "param")
             path = axes.get(alias, ("", ""))[1]
             attrs = {"role": role, "path": path, "alias": alias}
-            if path == BATCH_PATH:
+            quantity = quantities.get(alias, quantity_of(path, None))
+            if quantity == BATCH_SIZE:
                 attrs["units"] = unit
             elif alias in param_units:
                 attrs["units"] = param_units[alias]
             coords[name] = ("trial", _column(values), attrs)
-            params_meta.append({"name": alias, "coord": name, "role": role, "path": path})
+            params_meta.append(
+                {"name": alias, "coord": name, "role": role, "path": path, "quantity": quantity}
+            )
 
     status_keys = list(STATUS_FIELDS) + sorted(
         {k for t in trials for k, v in t.status.items() if _is_scalar(v)} - set(STATUS_FIELDS)

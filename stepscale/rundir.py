@@ -69,6 +69,20 @@ def is_trial_dir(path: Path) -> bool:
 # batch axis is its scientific parameter at this path.
 BATCH_PATH = "data.global_batch"
 
+# What a parameter measures, for the analysis (space.json's ``quantity``): the batch size,
+# the learning rate, the sequence length. The built-in trainer's keys measure these without
+# saying so; a user trainer's parameters say it.
+BATCH_SIZE, LEARNING_RATE, SEQ_LEN = "batch_size", "learning_rate", "seq_len"
+QUANTITIES = (BATCH_SIZE, LEARNING_RATE, SEQ_LEN)
+BUILTIN_QUANTITIES = {BATCH_PATH: BATCH_SIZE, "optimizer.lr": LEARNING_RATE, "data.seq_len": SEQ_LEN}
+
+
+def quantity_of(path: str, stated: str | None) -> str | None:
+    """What a parameter at ``path`` measures: the ``quantity`` it states, else the built-in
+    trainer's meaning of ``path`` (None: nothing the analysis needs to know)."""
+    return stated or BUILTIN_QUANTITIES.get(path)
+
+
 # The unit of the batch axis is the ``unit`` of the parameter at BATCH_PATH in space.json
 # (``sequences``, ``examples``, ``tokens`` …). A study that does not state it counts
 # sequences when its data are sequences (the built-in LM sources, or any data section with

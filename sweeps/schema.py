@@ -13,7 +13,10 @@ from typing import Any
 
 from stepscale.sweeps.builtin import TrainerConfig
 
+from stepscale.rundir import QUANTITIES
+
 SCHEMA_NAME = "stepscale_schema"
+__all__ = ["QUANTITIES"]
 
 
 @dataclass
@@ -26,6 +29,7 @@ class ScientificParam:
     # space.json gets the default of the data: sequences for sequence data, else examples
     # (sweeps.space_doc.batch_unit); the config itself is left as written.
     unit: str | None = None
+    quantity: str | None = None  # batch_size | learning_rate | seq_len (QUANTITIES)
     description: str | None = None
 
 
@@ -52,6 +56,7 @@ class NuisanceParam:
     by: str | None = None  # a categorical scientific alias the range depends on
     ranges: dict[str, RangeOverride] = field(default_factory=dict)  # value of `by` -> range
     unit: str | None = None
+    quantity: str | None = None  # batch_size | learning_rate | seq_len (QUANTITIES)
     description: str | None = None
 
 
@@ -62,6 +67,7 @@ class FixedParam:
     path: str = "???"
     value: Any = None
     unit: str | None = None
+    quantity: str | None = None  # batch_size | learning_rate | seq_len (QUANTITIES)
     description: str | None = None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import optuna.distributions as od
 
 from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.schema import NuisanceParam, StudyConfig
+from stepscale.sweeps.schema import QUANTITIES, NuisanceParam, StudyConfig
 from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 
 SCALES = ("linear", "log", "reverse_log")
@@ -163,6 +163,11 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
     ):
         for alias, p in params.items():
             _check_path(kind, alias, p.path, known)
+            if p.quantity is not None and p.quantity not in QUANTITIES:
+                raise UsageError(
+                    f"{kind}.{alias}.quantity: unknown {p.quantity!r}; choose one of "
+                    f"{', '.join(QUANTITIES)}"
+                )
             if p.path in seen_paths:
                 raise UsageError(
                     f"{kind}.{alias}.path: {p.path} is already set by {seen_paths[p.path]}"

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from stepscale.rundir import BATCH_PATH, default_batch_unit
+from stepscale.rundir import BATCH_PATH, EXAMPLES, default_batch_unit
 from stepscale.sweeps.schema import NuisanceParam, StudyConfig
 
 SCHEMA_TAG = "stepscale.search_space/v1"
@@ -41,6 +41,7 @@ def _nuisance(alias: str, n: NuisanceParam) -> dict[str, Any]:
         "role": "nuisance",
         "type": n.type,
         "unit": n.unit,
+        "quantity": n.quantity,
         "description": n.description,
     }
     if n.type == "categorical":
@@ -66,10 +67,15 @@ def _nuisance(alias: str, n: NuisanceParam) -> dict[str, Any]:
     return _drop_none(entry)
 
 
-def batch_unit(cfg: StudyConfig, path: str, unit: str | None) -> str | None:
+def batch_unit(
+    cfg: StudyConfig, path: str, unit: str | None, quantity: str | None = None
+) -> str | None:
     """The unit written for a parameter at ``path`` whose config states ``unit``: the
     default batch unit of the study's data (:func:`stepscale.rundir.default_batch_unit`)
-    for an unstated unit of the batch axis, else ``unit`` as it is."""
+    for an unstated unit of the batch axis, ``examples`` for a user trainer's batch size
+    (``quantity: batch_size``) that states none, else ``unit`` as it is."""
+    if unit is None and quantity == "batch_size" and path != BATCH_PATH:
+        return EXAMPLES
     if unit is not None or path != BATCH_PATH:
         return unit
     data = cfg.data
@@ -90,7 +96,8 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                     "role": "scientific",
                     "type": _type_of(list(p.values)),
                     "values": list(p.values),
-                    "unit": batch_unit(cfg, p.path, p.unit),
+                    "unit": batch_unit(cfg, p.path, p.unit, p.quantity),
+                    "quantity": p.quantity,
                     "description": p.description,
                 }
             )
@@ -104,7 +111,8 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                 "path": f.path,
                 "role": "fixed",
                 "type": _type_of([f.value]),
-                "unit": batch_unit(cfg, f.path, f.unit),
+                "unit": batch_unit(cfg, f.path, f.unit, f.quantity),
+                "quantity": f.quantity,
                 "description": f.description,
             }
         )
