@@ -74,7 +74,11 @@ BATCH_PATH = "data.global_batch"
 # saying so; a user trainer's parameters say it.
 BATCH_SIZE, LEARNING_RATE, SEQ_LEN = "batch_size", "learning_rate", "seq_len"
 QUANTITIES = (BATCH_SIZE, LEARNING_RATE, SEQ_LEN)
-BUILTIN_QUANTITIES = {BATCH_PATH: BATCH_SIZE, "optimizer.lr": LEARNING_RATE, "data.seq_len": SEQ_LEN}
+BUILTIN_QUANTITIES = {
+    BATCH_PATH: BATCH_SIZE,
+    "optimizer.lr": LEARNING_RATE,
+    "data.seq_len": SEQ_LEN,
+}
 
 
 def quantity_of(path: str, stated: str | None) -> str | None:

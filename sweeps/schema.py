@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepscale.sweeps.builtin import TrainerConfig
-
 from stepscale.rundir import QUANTITIES
+from stepscale.sweeps.builtin import TrainerConfig
 
 SCHEMA_NAME = "stepscale_schema"
 __all__ = ["QUANTITIES"]
