@@ -29,7 +29,7 @@ from stepscale.sweeps.metrics_file import MalformedRecord, MetricsTail, last_ste
 from stepscale.sweeps.trial_events import record_event
 from stepscale.trainer import FINAL_STATES, Action
 
-POLL_S = 0.05  # how often the job looks for new records while the program runs
+POLL_S = 0.02  # how often the job looks for new records while the program runs
 GRACE_S = 60.0  # how long a signalled program may take to save a checkpoint and exit
 
 

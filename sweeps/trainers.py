@@ -72,7 +72,10 @@ def trainer_identity(value: Any) -> dict[str, Any]:
 def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
     """The `TrainerSpec` of a study's ``trainer:`` value (a string or a mapping); any
     mistake → `UsageError` naming the key. ``search``: folders (the working directory, the
-    ``--config-dir``) that relative command paths and function modules are looked up in."""
+    ``--config-dir``) that relative command paths and function modules are looked up in.
+    None is the built-in trainer."""
+    if value is None:
+        return TrainerSpec(BUILTIN, target=BUILTIN_TRAINER)
     if isinstance(value, str):
         value = {"target": value}
     if not isinstance(value, dict):
@@ -133,8 +136,8 @@ def resolve_command(argv: list[str], search: list[Path]) -> list[str]:
     if found is not None:
         if not os.access(found, os.X_OK):
             raise UsageError(
-                f"trainer.command: {program} is not executable (chmod +x {found}, or run it "
-                f"through its interpreter: command: [python, {program}])"
+                f"trainer.command: {program} is not executable (chmod +x {found}, or put its "
+                f"interpreter first: command: [sh, {program}] or ['{{python}}', {program}])"
             )
         program = str(found)
     elif os.sep in program or shutil.which(program) is None:

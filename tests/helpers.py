@@ -1,10 +1,15 @@
-"""Small builders shared by the tests: tiny trainer configs and JSONL readers."""
+"""Small builders shared by the tests: tiny trainer configs, JSONL readers, and readers of
+a study's trials (trial.json and Optuna's) with the exact-budget check."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
+
+import optuna
+from optuna.trial import TrialState
 
 from stepscale.models.config import TrainerConfig
 
@@ -81,3 +86,49 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def without_wall(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records with the wall-clock fields removed (they differ run to run)."""
     return [{k: v for k, v in r.items() if k not in WALL_KEYS} for r in records]
+
+
+def trials_of(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """trial.json records by point."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted((run_dir / "trials").glob("*/*/trial.json")):
+        rec = json.loads(path.read_text())
+        out.setdefault(rec["point"], []).append(rec)
+    return out
+
+
+def optuna_trials(run_dir: Path, name: str) -> dict[str, list[optuna.trial.FrozenTrial]]:
+    """Optuna's trials by point label."""
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = optuna.storages.JournalStorage(JournalFileBackend(str(run_dir / "study.journal")))
+    out = {}
+    for summary in optuna.get_all_study_summaries(storage):
+        label = summary.study_name.split("/", 1)[1]
+        out[label] = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
+    assert all(s.study_name.startswith(f"{name}/") for s in optuna.get_all_study_summaries(storage))
+    return out
+
+
+def assert_exact_budget(run_dir: Path, name: str, per_point: int, points: int) -> None:
+    """Every point has exactly `per_point` final trials, each told once, none duplicated."""
+    by_point = optuna_trials(run_dir, name)
+    assert len(by_point) == points
+    for label, trials in by_point.items():
+        assert [t.number for t in trials] == list(range(per_point)), label
+        assert all(
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) for t in trials
+        ), label
+        records = trials_of(run_dir)[label]
+        assert sorted(r["number"] for r in records) == list(range(per_point))
+        assert all(r["state"] in ("complete", "pruned", "diverged", "failed") for r in records)
+
+
+def wait_for(predicate: Any, timeout: float = 120.0) -> None:
+    """Poll ``predicate`` until it holds (AssertionError after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")

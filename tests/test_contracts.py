@@ -92,9 +92,53 @@ def test_analysis_never_imports_models() -> None:
     assert not bad
 
 
+def test_sweeps_reaches_models_only_through_one_door() -> None:
+    # The orchestrator works with any trainer; the built-in one is reached through
+    # stepscale.sweeps.builtin alone.
+    importers = sorted(
+        m
+        for m, deps in GRAPH.items()
+        if _within(m, "stepscale.sweeps") and any(_within(i, "stepscale.models") for i in deps)
+    )
+    assert importers == ["stepscale.sweeps.builtin"]
+
+
+SHARED = (
+    "stepscale.rundir",
+    "stepscale.files",
+    "stepscale.redact",
+    "stepscale.versions",
+    "stepscale.trainer",
+    "stepscale.reporters",
+    "stepscale.client",
+)
+
+
 def test_the_shared_contracts_import_no_subpackage() -> None:
-    for module in ("stepscale.rundir", "stepscale.files", "stepscale.redact", "stepscale.versions"):
-        assert not {i for i in GRAPH[module] if i.count(".") >= 1 and i != module}, module
+    for module in SHARED:
+        subpackages = {"stepscale.sweeps", "stepscale.models", "stepscale.analysis"}
+        bad = {i for i in GRAPH[module] for p in subpackages if _within(i, p)}
+        assert not bad, module
+
+
+def test_the_trainer_interface_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, stepscale.trainer, stepscale.reporters, stepscale.client\n"
+        "heavy = {'jax', 'flax', 'optax', 'optuna', 'hydra', 'omegaconf', 'numpy', 'submitit'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
+def test_the_client_is_self_contained_and_names_what_the_contract_names() -> None:
+    from stepscale import client, trainer
+
+    assert GRAPH["stepscale.client"] == set()  # a copy of the one file works elsewhere
+    for name in ("METRICS_JSONL", "STATUS_JSON", "CONFIG_JSON", "CONTROL_JSON"):
+        assert getattr(client, name) == getattr(rundir, name), name
+    for name in [n for n in dir(client) if n.startswith("ENV_")]:
+        assert getattr(client, name) == getattr(trainer, name), name
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

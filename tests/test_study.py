@@ -7,13 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
-from helpers import shadowing_packages
+from helpers import assert_exact_budget, optuna_trials, shadowing_packages, trials_of, wait_for
 from optuna.trial import TrialState
 
 from stepscale import rundir
@@ -42,42 +40,6 @@ def sweep(
     return subprocess.run(
         full, cwd=cwd, env=_env(cache), capture_output=True, text=True, timeout=timeout
     )
-
-
-def trials_of(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """trial.json records by point."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted((run_dir / "trials").glob("*/*/trial.json")):
-        rec = json.loads(path.read_text())
-        out.setdefault(rec["point"], []).append(rec)
-    return out
-
-
-def optuna_trials(run_dir: Path, name: str) -> dict[str, list[optuna.trial.FrozenTrial]]:
-    """Optuna's trials by point label."""
-    from optuna.storages.journal import JournalFileBackend
-
-    storage = optuna.storages.JournalStorage(JournalFileBackend(str(run_dir / "study.journal")))
-    out = {}
-    for summary in optuna.get_all_study_summaries(storage):
-        label = summary.study_name.split("/", 1)[1]
-        out[label] = optuna.load_study(study_name=summary.study_name, storage=storage).get_trials()
-    assert all(s.study_name.startswith(f"{name}/") for s in optuna.get_all_study_summaries(storage))
-    return out
-
-
-def assert_exact_budget(run_dir: Path, name: str, per_point: int, points: int) -> None:
-    """Every point has exactly `per_point` final trials, each told once, none duplicated."""
-    by_point = optuna_trials(run_dir, name)
-    assert len(by_point) == points
-    for label, trials in by_point.items():
-        assert [t.number for t in trials] == list(range(per_point)), label
-        assert all(
-            t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL) for t in trials
-        ), label
-        records = trials_of(run_dir)[label]
-        assert sorted(r["number"] for r in records) == list(range(per_point))
-        assert all(r["state"] in ("complete", "pruned", "diverged", "failed") for r in records)
 
 
 @pytest.mark.slow
@@ -246,15 +208,6 @@ def test_extending_a_finished_study_runs_only_the_new_trials(
     assert code == 0 and len(list((run_dir / "trials").glob("*/*"))) == 9  # nothing more to do
 
 
-def _wait_for(predicate, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
-
-
 @pytest.mark.slow
 def test_killed_orchestrator_resumes_with_exact_budget(tmp_path: Path, compile_cache: str) -> None:
     run_dir = tmp_path / "k"
@@ -275,7 +228,7 @@ def test_killed_orchestrator_resumes_with_exact_budget(tmp_path: Path, compile_c
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    _wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 3)
+    wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 3)
     os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator and its local jobs die at once
     proc.wait()
     res = sweep(
@@ -301,7 +254,7 @@ def test_killed_job_is_retried_as_the_same_trial_from_its_checkpoint(
         args, env=_env(compile_cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     folder = run_dir / "trials" / "batch_size=8" / "0"
-    _wait_for(
+    wait_for(
         lambda: (
             any((folder / "checkpoints").glob("step_*"))
             if (folder / "checkpoints").exists()
@@ -480,7 +433,7 @@ def test_ctrl_c_exits_130_and_the_same_command_finishes_the_study(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    _wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 2)
+    wait_for(lambda: len(list((run_dir / "trials").glob("*/*/metrics.jsonl"))) >= 2)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,14 @@ from stepscale import client
 DEFAULTS = {
     "data": {"dim": 64, "noise": 0.5, "decay": 1.0, "seed": 1234},
     "optim": {"lr": 0.05, "momentum": 0.9},
-    "train": {"batch_size": 32, "steps": 300, "eval_every": 10, "checkpoint_every": 50, "seed": 0},
+    "train": {
+        "batch_size": 32,
+        "steps": 300,
+        "eval_every": 10,
+        "checkpoint_every": 50,
+        "seed": 0,
+        "sleep_s": 0.0,  # per step: stands in for a model that takes time (tests use it)
+    },
 }
 
 
@@ -82,6 +90,8 @@ def main() -> int:
         v = o["momentum"] * v + grad
         w = w - o["lr"] * v
         step += 1
+        if t.get("sleep_s"):
+            time.sleep(t["sleep_s"])
         record = {"train_loss": float(0.5 * np.mean((x @ w - y) ** 2))}
         if step % t["eval_every"] == 0 or step == t["steps"]:
             record["eval_loss"] = problem.loss(w)
