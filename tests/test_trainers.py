@@ -310,3 +310,44 @@ def test_bad_command_trainer_settings_exit_2_and_write_nothing(tmp_path: Path) -
         assert res.returncode == 2, (message, res.stderr)
         assert message in res.stderr and "Traceback" not in res.stderr
         assert not run_dir.exists()
+
+
+WANDB_SWEEP = """method: bayes
+parameters:
+  optim.learning_rate: {distribution: log_uniform_values, min: 0.0001, max: 0.1}
+  batch_size: {values: [16, 32, 64]}
+  dropout: {distribution: uniform, min: 0.0, max: 0.5}
+"""
+
+
+def test_an_import_for_your_own_trainer_keeps_every_parameter_at_its_own_key(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sweep.yaml").write_text(WANDB_SWEEP)
+    (tmp_path / "conf").mkdir()
+    conf = tmp_path / "conf" / "imported.yaml"
+    res = sweep(
+        "import", "sweep.yaml", "--format", "wandb", "--trainer", "{python} train.py",
+        "-o", str(conf), cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "left out" not in res.stderr
+    (tmp_path / "train.py").write_text("")
+    res = sweep(
+        "run", "conf=imported", "--config-dir", ".", "budget.max_steps=10", "--dry-run",
+        "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert [p["point"] for p in plan["points"]] == [
+        "batch_size=16",
+        "batch_size=32",
+        "batch_size=64",
+    ]
+    space = sweep("export", "conf=imported", "--config-dir", ".", cwd=tmp_path)
+    assert space.returncode == 0, space.stderr
+    params = {p["name"]: p for p in json.loads(space.stdout)["parameters"]}
+    assert params["optim_learning_rate"]["path"] == "optim.learning_rate"
+    assert params["optim_learning_rate"]["quantity"] == "learning_rate"
+    assert params["batch_size"]["quantity"] == "batch_size"
+    assert params["dropout"]["path"] == "dropout"

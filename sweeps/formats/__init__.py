@@ -19,7 +19,7 @@ from stepscale.sweeps.formats import (
     stepscale,
     wandb_sweep,
 )
-from stepscale.sweeps.formats.common import FormatError, fit_trainer_types
+from stepscale.sweeps.formats.common import KEEP_SOURCE_NAMES, FormatError, fit_trainer_types
 from stepscale.sweeps.formats.losses import describe_losses, loss_key
 from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
 from stepscale.sweeps.formats.validation import schema, validate_document
@@ -81,9 +81,19 @@ def export_space(doc: dict[str, Any], fmt: str) -> tuple[str, list[str]]:
     return text, describe_losses(doc, back)
 
 
-def import_space(text: str, fmt: str) -> tuple[dict[str, Any], list[str]]:
+def import_space(text: str, fmt: str, own_keys: bool = False) -> tuple[dict[str, Any], list[str]]:
     """(stepscale document, warnings) of a file in ``fmt``; FormatError if the text is
-    not valid for ``fmt`` or gives an invalid search space."""
+    not valid for ``fmt`` or gives an invalid search space. ``own_keys``: parameters keep
+    the names the source gives them as their paths (for a user's own trainer) instead of
+    being mapped onto the built-in trainer's keys."""
+    token = KEEP_SOURCE_NAMES.set(own_keys)
+    try:
+        return _import_space(text, fmt)
+    finally:
+        KEEP_SOURCE_NAMES.reset(token)
+
+
+def _import_space(text: str, fmt: str) -> tuple[dict[str, Any], list[str]]:
     module = _module(fmt)
     doc, notes = _read(module, text)
     if module is not stepscale:

@@ -39,6 +39,12 @@ def add_format_commands(subparsers: Any) -> None:
     imp.add_argument("file", help="the search-space file ('-' reads stdin)")
     imp.add_argument("--format", required=True, metavar="F", help=f"one of {formats}")
     imp.add_argument("-o", "--output", metavar="FILE", help="write the conf YAML here")
+    imp.add_argument(
+        "--trainer",
+        metavar="SPEC",
+        help="your own trainer ('module:function' or a command line): parameters keep the "
+        "names the file gives them as keys of its config, none is left out",
+    )
 
 
 def _check_format(fmt: str) -> None:
@@ -101,10 +107,10 @@ def run_import(args: argparse.Namespace) -> int:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise UsageError(f"{args.file}: cannot read it ({reason})") from None
     try:
-        doc, notes = import_space(text, args.format)
+        doc, notes = import_space(text, args.format, own_keys=args.trainer is not None)
     except FormatError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
-    conf, added = study_yaml(doc, args.format)
+    conf, added = study_yaml(doc, args.format, trainer=args.trainer)
     _write(conf, args.output)
     notes = [*notes, *added]
     if notes:

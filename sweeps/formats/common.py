@@ -3,6 +3,7 @@ and building the parameters of a document (what a conversion lost: `formats.loss
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 import re
@@ -68,10 +69,18 @@ for _path in sorted(TRAINER_PATHS):
 _ALIAS_BAD = re.compile(r"[^A-Za-z0-9_]")
 
 
+# Set while importing for a user's own trainer (`sweep import --trainer`): a parameter's
+# path is its name in the source, never a built-in trainer key.
+KEEP_SOURCE_NAMES: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "keep_source_names", default=False
+)
+
+
 def path_for_name(name: str) -> str:
     """The trainer key a parameter name most likely sets; the name itself when unknown
-    (a conf built from it then leaves the parameter out and says so)."""
-    if name in TRAINER_PATHS:
+    (a conf built from it then leaves the parameter out and says so), or when importing
+    for a user's own trainer (`KEEP_SOURCE_NAMES`)."""
+    if KEEP_SOURCE_NAMES.get() or name in TRAINER_PATHS:
         return name
     if name in KNOWN_NAMES:
         return KNOWN_NAMES[name]

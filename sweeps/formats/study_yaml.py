@@ -4,13 +4,14 @@ scientific axis and an objective are added when the document has none."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 import yaml
 
 from stepscale.rundir import BATCH_PATH
 from stepscale.sweeps.builtin import DataConfig, TrainConfig
-from stepscale.sweeps.formats.common import unique_alias
+from stepscale.sweeps.formats.common import KNOWN_NAMES, unique_alias
 from stepscale.sweeps.trainer_keys import TRAINER_PATHS
 
 # Axes to add when a source has no scientific parameter, first free path wins: a
@@ -19,7 +20,7 @@ _DEFAULT_AXES = (
     ("batch_size", BATCH_PATH, DataConfig().global_batch, "sequences"),
     ("seed", "train.seed", TrainConfig().seed, None),
 )
-_OPTIONAL = ("unit", "description")
+_OPTIONAL = ("unit", "quantity", "description")
 # The trainer takes one key of each group (a duration in steps, tokens, examples or a
 # fraction); the presets set the first, so a conf that sets another clears the rest.
 _EXCLUSIVE = (
@@ -62,12 +63,28 @@ def _clear_exclusive(paths: set[str], notes: list[str]) -> dict[str, Any]:
     return out
 
 
+def _mark_quantities(groups: dict[str, dict[str, Any]]) -> None:
+    """A user trainer's parameters named like a batch size or a learning rate (by the
+    last part of their path: ``batch_size``, ``lr``, ``learning_rate`` …) say so, so that
+    the analysis fits S(B) and η*(B) on them."""
+    meaning = {BATCH_PATH: "batch_size", "optimizer.lr": "learning_rate"}
+    for group in groups.values():
+        for entry in group.values():
+            quantity = meaning.get(KNOWN_NAMES.get(entry["path"].rsplit(".", 1)[-1], ""))
+            if quantity is not None:
+                entry.setdefault("quantity", quantity)
+
+
+def _is_batch(entry: dict[str, Any]) -> bool:
+    return entry["path"] == BATCH_PATH or entry.get("quantity") == "batch_size"
+
+
 def _promote_batch(groups: dict[str, dict[str, Any]], notes: list[str]) -> None:
     """Make a categorical or fixed batch size the scientific axis: batch size is what a
     study without roles most likely compares."""
     for role in ("nuisance", "fixed"):
         for name, entry in groups[role].items():
-            if entry["path"] != BATCH_PATH:
+            if not _is_batch(entry):
                 continue
             if role == "fixed":
                 values = [entry["value"]]
@@ -75,20 +92,46 @@ def _promote_batch(groups: dict[str, dict[str, Any]], notes: list[str]) -> None:
                 values = entry["choices"]
             else:
                 return
-            axis = {"path": BATCH_PATH, "values": values}
+            axis = {"path": entry["path"], "values": values}
             axis |= {k: entry[k] for k in _OPTIONAL if k in entry}
             del groups[role][name]
             groups["scientific"][name] = axis
-            notes.append(f"the source has no scientific axis: {name} ({BATCH_PATH}) becomes it")
+            notes.append(
+                f"the source has no scientific axis: {name} ({entry['path']}) becomes it"
+            )
             return
 
 
-def study_yaml(doc: dict[str, Any], source: str = "stepscale") -> tuple[str, list[str]]:
-    """(conf YAML, notes on what was added or left out) of a valid document."""
+def trainer_section(spec: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``trainer:`` of a study for a user's own trainer ``spec`` (``module:function``,
+    or a command line), with a config tree holding every parameter's path (at its first
+    value, low end or fixed value: the study sets them per trial)."""
+    words = shlex.split(spec)
+    is_target = len(words) == 1 and ":" in spec and "/" not in spec
+    section: dict[str, Any] = {"target": spec} if is_target else {"command": words}
+    tree: dict[str, Any] = {}
+    for p in params:
+        value = p.get("value", (p.get("values") or p.get("choices") or [p.get("low")])[0])
+        node = tree
+        *parents, leaf = p["path"].split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    section["config"] = tree
+    return section
+
+
+def study_yaml(
+    doc: dict[str, Any], source: str = "stepscale", trainer: str | None = None
+) -> tuple[str, list[str]]:
+    """(conf YAML, notes on what was added or left out) of a valid document. ``trainer``:
+    a user's own trainer (``module:function`` or a command line) whose config keys the
+    parameters' paths are; then nothing is left out for lack of a built-in trainer key."""
     notes: list[str] = []
     groups: dict[str, dict[str, Any]] = {"scientific": {}, "nuisance": {}, "fixed": {}}
-    left_out = [p for p in doc["parameters"] if p["path"] not in TRAINER_PATHS]
-    kept = [p for p in doc["parameters"] if p["path"] in TRAINER_PATHS]
+    known = None if trainer is not None else TRAINER_PATHS
+    left_out = [p for p in doc["parameters"] if known is not None and p["path"] not in known]
+    kept = [p for p in doc["parameters"] if known is None or p["path"] in known]
     if left_out:
         notes.append(
             f"left out {', '.join(p['name'] for p in left_out)}: no trainer key is known for "
@@ -101,8 +144,17 @@ def study_yaml(doc: dict[str, Any], source: str = "stepscale") -> tuple[str, lis
             notes.append(f"nuisance {name}: ranges by {entry['by']} dropped (no such axis)")
             entry.pop("by")
             entry.pop("ranges")
+    if trainer is not None:
+        _mark_quantities(groups)
     if not groups["scientific"]:
         _promote_batch(groups, notes)
+    if not groups["scientific"] and trainer is not None:
+        groups["scientific"]["seed"] = {"path": "seed", "values": [0]}
+        kept = [*kept, {"path": "seed", "values": [0]}]
+        notes.append(
+            "the source has no scientific axis: added seed (path seed) = [0]; replace it by "
+            "the axis to compare (e.g. your batch size, with quantity: batch_size)"
+        )
     if not groups["scientific"]:
         taken = {p["name"] for p in kept}
         used = {p["path"] for p in kept}
@@ -119,7 +171,10 @@ def study_yaml(doc: dict[str, Any], source: str = "stepscale") -> tuple[str, lis
     conf: dict[str, Any] = {}
     if "description" in doc:
         conf["description"] = doc["description"]
-    conf |= _clear_exclusive({p["path"] for p in kept}, notes)
+    if trainer is not None:
+        conf["trainer"] = trainer_section(trainer, kept)
+    else:
+        conf |= _clear_exclusive({p["path"] for p in kept}, notes)
     conf |= {role: group for role, group in groups.items() if group}
     if "budget" in doc:
         conf["budget"] = dict(doc["budget"])
