@@ -301,3 +301,29 @@ def test_without_binaries_it_skips_unless_clusters_are_required(
     assert "PostgreSQL server binaries" in res.stdout, res.stdout
     if required:
         assert "STEPSCALE_REQUIRE_CLUSTER=1" in res.stdout, res.stdout
+
+
+@pytest.mark.cluster
+def test_a_command_trainer_study_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    """The NumPy example as a command trainer: its eval losses reach PostgreSQL as
+    intermediate values (written by the jobs), the pruner stops trials early."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "numpy_regression"
+    args = [
+        "run", "conf=numpy_batchsize", "--config-dir", str(example), "run_dir=study",
+        "name=pg_command", "storage=postgres", f"storage.url_env={URL_ENV}",
+        "scientific.batch_size.values=[16,64]", "budget.trials_per_point=4",
+        "pruner=median", "pruner.n_startup_trials=1", "trainer.config.train.sleep_s=0.005",
+    ]  # fmt: skip
+    res = sweep(args, tmp_path, pg_url)
+    assert res.returncode == 0, res.stderr
+    studies = {k: v for k, v in db_trials(pg_url).items() if k.startswith("pg_command/")}
+    assert sorted(studies) == ["pg_command/batch_size=16", "pg_command/batch_size=64"]
+    for name, trials in studies.items():
+        assert [t.number for t in trials] == [0, 1, 2, 3], name
+        assert all(t.state in FINAL for t in trials)
+        for t in trials:
+            folder = tmp_path / "study" / "trials" / name.split("/")[1] / str(t.number)
+            status = json.loads((folder / "status.json").read_text())
+            evals = list(range(10, status["steps_done"] + 1, 10))
+            assert sorted(t.intermediate_values) == evals, (name, t.number)
+            assert t.user_attrs["state"] == status["state"]

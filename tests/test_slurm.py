@@ -466,3 +466,33 @@ def test_a_trial_spans_two_slurm_tasks_with_jax_distributed(
     assert [json.loads(e)["event"] for e in events] == ["start"]
     record = read_json(folder / "trial.json")
     assert record["state"] == "complete" and record["attempts"] == 1, record
+
+
+def test_a_command_trainer_study_detached_on_slurm_in_job_arrays(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """The NumPy example as a command trainer: detached orchestrator, trials in SLURM job
+    arrays, then the report's B_crit from the program's own curves."""
+    run_dir = tmp_path / "run"
+    example = Path(__file__).resolve().parent.parent / "examples" / "numpy_regression"
+    args = [
+        "run", "conf=numpy_batchsize", "--config-dir", str(example),
+        "scientific.batch_size.values=[4,16,64,256]", "budget.trials_per_point=4",
+        "parallelism=4", *SLURM, f"run_dir={run_dir}", "--detach",
+    ]  # fmt: skip
+    out = sweep(args, cwd=tmp_path, cache=compile_cache)
+    assert out.returncode == 0, out.stderr
+
+    def finished() -> bool:
+        status = sweep(["status", str(run_dir), "--json"])
+        return status.returncode == 0 and json.loads(status.stdout)["finished"]
+
+    _wait(finished, 300, "the detached command-trainer study to finish", every=2)
+    assert_exact_budget(run_dir, "numpy_batchsize", per_point=4, points=4)
+    records = [rec for recs in trials_of(run_dir).values() for rec in recs]
+    assert all(rec["state"] in ("complete", "pruned") for rec in records), records
+    assert any("_" in rec["job_id"] for rec in records)  # array tasks
+    report = sweep(["report", str(run_dir)])
+    assert report.returncode == 0, report.stderr
+    fit = json.loads((run_dir / "report" / "fits.json").read_text())["steps"]["groups"][0]
+    assert fit["b_crit_ci"][0] < fit["b_crit"] < fit["b_crit_ci"][1]
