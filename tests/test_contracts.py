@@ -121,14 +121,22 @@ def test_the_shared_contracts_import_no_subpackage() -> None:
         assert not bad, module
 
 
-def test_the_trainer_interface_imports_nothing_heavy() -> None:
+def _loaded_by(modules: str, unwanted: set[str], prefix: str = "stepscale.analysis") -> str:
+    """Which of ``unwanted`` (top-level packages) and which modules under ``prefix`` a fresh
+    Python has loaded after importing ``modules`` (printed as a list)."""
     code = (
-        "import sys, stepscale.trainer, stepscale.reporters, stepscale.client\n"
-        "heavy = {'jax', 'flax', 'optax', 'optuna', 'hydra', 'omegaconf', 'numpy', 'submitit'}\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+        f"import sys, {modules}\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(unwanted)!r}))"
+        f" + [m for m in sys.modules if m.startswith({prefix!r})])\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+    return res.stdout.strip() + res.stderr
+
+
+def test_the_trainer_interface_imports_nothing_heavy() -> None:
+    heavy = {"jax", "flax", "optax", "optuna", "hydra", "omegaconf", "numpy", "submitit"}
+    modules = "stepscale.trainer, stepscale.reporters, stepscale.client"
+    assert _loaded_by(modules, heavy, prefix="stepscale.sweeps") == "[]"
 
 
 def test_the_client_is_self_contained_and_names_what_the_contract_names() -> None:
@@ -192,13 +200,13 @@ def test_installed_names_live_under_stepscale_only(tmp_path: Path) -> None:
 
 
 def test_a_trial_job_imports_neither_hydra_nor_the_analysis() -> None:
-    code = (
-        "import sys, stepscale.sweeps.job\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'hydra', 'matplotlib', 'xarray'})"
-        " + [m for m in sys.modules if m.startswith('stepscale.analysis')])\n"
-    )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+    assert _loaded_by("stepscale.sweeps.job", {"hydra", "matplotlib", "xarray"}) == "[]"
+
+
+def test_a_command_trainers_job_never_loads_jax() -> None:
+    # (the built-in trainer's config dataclasses load with the study schema; nothing else)
+    modules = "stepscale.sweeps.job, stepscale.sweeps.command_job"
+    assert _loaded_by(modules, {"jax", "flax", "optax"}, prefix="stepscale.models.t") == "[]"
 
 
 def test_sweep_version_names_the_installed_package() -> None:
