@@ -107,7 +107,12 @@ def train_config(
 
 
 def configure_compile_cache(directory: str | None) -> None:
-    """Point JAX's persistent compilation cache at ``directory`` (None: the default)."""
+    """Point JAX's persistent compilation cache at ``directory`` (None: the default); a
+    directory that cannot be made → `RejectedConfig`."""
+    from stepscale.models.errors import ConfigError
     from stepscale.models.train import configure_compile_cache as configure
 
-    configure(directory)
+    try:
+        configure(directory)
+    except ConfigError as exc:
+        raise RejectedConfig(str(exc)) from None

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.dry_run import print_dry_run
-from stepscale.sweeps.errors import exit_code
+from stepscale.sweeps.errors import UsageError, exit_code
 from stepscale.sweeps.plan import plan_points, plan_summary
 from stepscale.sweeps.provenance import finish_provenance, write_provenance
 from stepscale.sweeps.runlock import RunLock
@@ -81,9 +81,12 @@ def run_study(
     from stepscale.sweeps.scheduler import Scheduler
 
     if trainer.kind == BUILTIN:
-        from stepscale.sweeps.builtin import configure_compile_cache
+        from stepscale.sweeps import builtin
 
-        configure_compile_cache(cfg.train.compile_cache_dir)
+        try:
+            builtin.configure_compile_cache(cfg.train.compile_cache_dir)
+        except builtin.RejectedConfig as exc:
+            raise UsageError(str(exc)) from None
     horizons = {label: s["horizon_steps"] for label, s in sizes.items()}
     with StudyProgress(cfg.name, plan) as progress:
         scheduler = Scheduler(

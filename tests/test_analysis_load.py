@@ -99,7 +99,13 @@ def test_dims_coords_and_attributes(study: Path) -> None:
     assert ds.attrs["objective_kind"] == "steps_to_target" and ds.attrs["target_loss"] == 2.0
     assert ds.attrs["partial"] == 0
     lr = next(p for p in parameters(ds) if p["name"] == "lr")
-    assert lr == {"name": "lr", "coord": "param_lr", "role": "nuisance", "path": "optimizer.lr"}
+    assert lr == {
+        "name": "lr",
+        "coord": "param_lr",
+        "role": "nuisance",
+        "path": "optimizer.lr",
+        "quantity": "learning_rate",  # what the built-in trainer's optimizer.lr measures
+    }
     assert ds["param_lr"].attrs["path"] == "optimizer.lr"
     assert ds["batch_size"].attrs["role"] == "scientific"
     # tokens = step × tokens per step (batch 16, sequence length 64)
