@@ -217,6 +217,8 @@ def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
         return status  # the built-in trainer reports every key itself
     records = normalized_records(folder / METRICS_JSONL, rewrite=True)
     full = complete_status(status, records, spec.horizon, spec.target_loss)
+    for key, value in spec.sizes.items():  # what the plan knows of a step, unless said
+        full.setdefault(key, value)
     JsonlReporter(folder).finish(full)
     return full
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from stepscale.rundir import EXAMPLES, SEQUENCES
 from stepscale.sweeps import builtin
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StudyConfig
@@ -57,6 +58,8 @@ def plan_points(
                     f"its config: {type(exc).__name__}: {exc}"
                 ) from None
         out[point.label] = _sizes(cfg, point.label, plans[0])
+        if trainer.kind != BUILTIN and out[point.label]["examples_per_step"] is None:
+            out[point.label]["examples_per_step"] = _batch_examples(cfg, point)
     return out
 
 
@@ -66,6 +69,17 @@ def _validator(trainer: TrainerSpec) -> Callable[[dict[str, Any]], Any] | None:
     if trainer.validate is None:
         return None
     return import_function(trainer.validate, trainer.python_path, key="trainer.validate")
+
+
+def _batch_examples(cfg: StudyConfig, point: Point) -> int | None:
+    """A user trainer's examples per step, when its validate does not say: the point's
+    batch size (the scientific axis with ``quantity: batch_size``) counted in examples or
+    sequences."""
+    for alias, p in cfg.scientific.items():
+        if p.quantity == "batch_size" and (p.unit or EXAMPLES) in (EXAMPLES, SEQUENCES):
+            value = point.values[alias]
+            return int(value) if isinstance(value, int | float) else None
+    return None
 
 
 def _sizes(cfg: StudyConfig, label: str, plan: Any) -> dict[str, Any]:

@@ -87,10 +87,9 @@ def run_study(
             builtin.configure_compile_cache(cfg.train.compile_cache_dir)
         except builtin.RejectedConfig as exc:
             raise UsageError(str(exc)) from None
-    horizons = {label: s["horizon_steps"] for label, s in sizes.items()}
     with StudyProgress(cfg.name, plan) as progress:
         scheduler = Scheduler(
-            cfg, space, run_dir, storage_spec, storage, horizons, trainer, progress
+            cfg, space, run_dir, storage_spec, storage, sizes, trainer, progress
         )
         try:
             stats = scheduler.run()

@@ -82,7 +82,7 @@ class Scheduler:
         run_dir: Path,
         storage_spec: StorageSpec,
         storage: optuna.storages.BaseStorage,
-        horizons: dict[str, int],
+        sizes: dict[str, dict[str, Any]],
         trainer: TrainerSpec,
         progress: Callable[[list[PointStats]], None] | None = None,
     ) -> None:
@@ -92,7 +92,8 @@ class Scheduler:
         self.run_dir = run_dir
         self.storage_spec = storage_spec
         self.storage = storage
-        self.horizons = horizons
+        self.sizes = sizes  # per point: horizon_steps and what a step consumes (sweeps.plan)
+        self.horizons = {label: int(s["horizon_steps"]) for label, s in sizes.items()}
         self.progress = progress
         self.launcher = Launcher(cfg.launcher)
         self.owner = uuid.uuid4().hex[:12]
@@ -220,6 +221,7 @@ class Scheduler:
             # Confirm seeds re-run the best values to measure seed spread: never pruned.
             prune=kind == "tune",
             settings=settings,
+            sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
         )
 
     # ------------------------------------------------------------- finish

@@ -126,6 +126,7 @@ class TrialSpec:
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
     prune: bool = True  # False for confirm seeds: report intermediate values, never prune
     settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
+    sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
 
 
 def write_trial_json(folder: Path, record: dict[str, Any]) -> None:
