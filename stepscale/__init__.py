@@ -10,13 +10,22 @@ generic lands in site-packages and a user's own ``models/`` folder cannot shadow
 - ``stepscale.conf``     the Hydra config tree.
 
 Modules directly in this package are the contracts every side may import (the run
-directory's names and keys, JSON files, redaction); they import none of the subpackages.
+directory's names and keys, the trainer interface, JSON files, redaction); they import
+none of the subpackages.
 See docs/architecture.md.
 """
 
-from importlib import metadata
+from typing import Any
 
-try:
-    __version__ = metadata.version("stepscale")
-except metadata.PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    """``stepscale.__version__``, looked up when asked: reading the installed metadata costs
+    every process that imports stepscale (a trainer's client too) ~30 ms otherwise."""
+    if name != "__version__":
+        raise AttributeError(f"module 'stepscale' has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        return metadata.version("stepscale")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"

@@ -15,8 +15,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
 from stepscale.trainer import Reporter
 
@@ -62,6 +60,8 @@ def trainer_fields() -> dict[str, str]:
 
 def to_trainer_config(tree: dict[str, Any]) -> TrainerConfig:
     """A typed trainer config from a plain dict (as a study builds it for a trial)."""
+    from omegaconf import OmegaConf
+
     merged = OmegaConf.merge(OmegaConf.structured(TrainerConfig), tree)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 

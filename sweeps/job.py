@@ -30,7 +30,7 @@ from stepscale.sweeps.metrics_file import last_step, normalized_records
 from stepscale.sweeps.trainer_status import complete_status
 from stepscale.sweeps.trainers import BUILTIN, COMMAND, import_function
 from stepscale.sweeps.trial_events import record_event
-from stepscale.sweeps.trials import TrialSpec
+from stepscale.sweeps.trial_spec import TrialSpec
 from stepscale.trainer import Action
 
 

@@ -88,9 +88,7 @@ def run_study(
         except builtin.RejectedConfig as exc:
             raise UsageError(str(exc)) from None
     with StudyProgress(cfg.name, plan) as progress:
-        scheduler = Scheduler(
-            cfg, space, run_dir, storage_spec, storage, sizes, trainer, progress
-        )
+        scheduler = Scheduler(cfg, space, run_dir, storage_spec, storage, sizes, trainer, progress)
         try:
             stats = scheduler.run()
         except BaseException:  # Ctrl-C, a requeue of a detached orchestrator, a crash

@@ -46,6 +46,9 @@ from stepscale.sweeps.trials import (
     write_trial_json,
 )
 
+# How often a waiting orchestrator looks whether a local job's process has ended.
+LOCAL_WAKE_S = 0.02
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Optuna's own handler keeps the stderr object it first saw; propagating to the root
 # logger (whose last-resort handler writes to the current sys.stderr) is sturdier.
@@ -347,7 +350,7 @@ class Scheduler:
                 if self._finished():
                     break
                 self._beat()
-                time.sleep(poll if self.running else min(poll, 1.0) * 2)
+                self._wait(poll if self.running else min(poll, 1.0) * 2)
         except KeyboardInterrupt:
             self._interrupted()
             raise
@@ -355,6 +358,16 @@ class Scheduler:
             orchestrators.unregister(self.run_dir, self.owner)
             self.lock.close()
         return self.stats()
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a local job whose process ends wakes us at once (its
+        slot is refilled and its result told without waiting out the poll interval)."""
+        deadline = time.monotonic() + seconds
+        watch = self.cfg.launcher.name == "local" and bool(self.running)
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, LOCAL_WAKE_S) if watch else left)
+            if watch and any(run.handle.done() for run in self.running.values()):
+                return
 
     def _release(self, batch: list[Prepared]) -> None:
         """Asked but never submitted (Ctrl-C or an error in between): mark them stopped and

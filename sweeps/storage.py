@@ -11,13 +11,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import optuna
+from typing import TYPE_CHECKING
 
 from stepscale.redact import passwords_in, redact, scrub
 from stepscale.rundir import JOURNAL, SQLITE_DB
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StorageConfig
+
+if TYPE_CHECKING:
+    import optuna
 
 STORAGES = ("journal", "sqlite", "postgres")
 
@@ -70,6 +72,8 @@ def resolve(cfg: StorageConfig, run_dir: Path) -> StorageSpec:
 
 def open_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
     """Open (creating if needed) the storage; unreachable or missing drivers → UsageError."""
+    import optuna  # here: a trial job that never asks the pruner does not pay for it
+
     if spec.name == "journal":
         from optuna.storages.journal import JournalFileBackend
 

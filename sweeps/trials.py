@@ -1,4 +1,4 @@
-"""Trial configs, the picklable job spec, and the trial folder's files.
+"""Trial configs and the trial folder's files (the job's spec: `sweeps.trial_spec`).
 
 A trial's trainer config is the trainer's config tree (the built-in trainer's sections of
 the study config, or ``trainer.config`` of a user's trainer) with the point's scientific
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ from stepscale.rundir import CONFIG_YAML, TRIAL_JSON
 from stepscale.sweeps.builtin import SECTIONS
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
-from stepscale.sweeps.storage import StorageSpec
 from stepscale.sweeps.trainers import BUILTIN, TrainerSpec
+from stepscale.sweeps.trial_spec import TrialSpec
 from stepscale.trainer import CONFIG_JSON
 
 
@@ -106,29 +106,6 @@ def trial_config(
     return tree
 
 
-@dataclass(frozen=True)
-class TrialSpec:
-    """Everything a job needs, picklable and free of secrets."""
-
-    trial: str  # "<point label>/<n>"
-    study_name: str  # Optuna study of the point
-    trial_id: int  # Optuna's storage id
-    number: int
-    trial_dir: str
-    config: dict[str, Any]
-    storage: StorageSpec
-    trainer: TrainerSpec
-    seed: int
-    target_loss: float | None  # the study's target (the job completes the status with it)
-    pruner: dict[str, Any] | None  # PrunerConfig as a dict; None = never ask
-    horizon: int  # the trial's horizon in steps
-    attempt: int = 1
-    env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES
-    prune: bool = True  # False for confirm seeds: report intermediate values, never prune
-    settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
-    sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
-
-
 def write_trial_json(folder: Path, record: dict[str, Any]) -> None:
     """Write ``trial.json`` atomically."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -140,3 +117,6 @@ def write_trial_config(folder: Path, tree: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / CONFIG_YAML, OmegaConf.to_yaml(OmegaConf.create(tree)))
     write_json_atomic(folder / CONFIG_JSON, tree)
+
+
+__all__ = ["TrialSpec", "now_iso", "set_path", "trial_config", "trial_settings"]

@@ -96,9 +96,7 @@ def _promote_batch(groups: dict[str, dict[str, Any]], notes: list[str]) -> None:
             axis |= {k: entry[k] for k in _OPTIONAL if k in entry}
             del groups[role][name]
             groups["scientific"][name] = axis
-            notes.append(
-                f"the source has no scientific axis: {name} ({entry['path']}) becomes it"
-            )
+            notes.append(f"the source has no scientific axis: {name} ({entry['path']}) becomes it")
             return
 
 

@@ -1,0 +1,282 @@
+"""What does running a command trainer as a trial cost, per trial, over running it by hand?
+
+A tiny Python command trainer (stdlib + `stepscale.client`; it records `time.time()` on its
+first line, before any import, then trains 20 trivial steps with no sleeps and reports an
+eval loss and the time every 5 steps) runs
+
+1. as ~12 trials of one study (`sweep run`, local launcher, parallelism 1: per trial a
+   submitit job that starts the program and follows its metrics.jsonl; the orchestrator
+   tells Optuna the result), and
+2. by hand, ``python trainer.py`` in a plain folder without the STEPSCALE_* environment,
+   half of the runs before the study and half after it (so both see the same load).
+
+Per trial, from the files the study leaves (events.jsonl, metrics.jsonl, the submitit
+pickles' and status.json's mtimes, the Optuna journal), the phases between
+
+    asked     Optuna trial's datetime_start (the orchestrator asked the sampler)
+    job       the job's "start" event, written just before it launches the program
+    program   the program's own first line (its time.time())
+    first / last report   the `t` of its first / last record
+    told      Optuna trial's datetime_complete (the orchestrator told the result)
+
+and the orchestration overhead: (told - asked) - (last report - program) - the program's
+own start-up (by hand: a run's wall time minus its program→last-report span, i.e. the
+interpreter's start before the first line and its exit after the last report).
+
+The acceptance figure, ``overhead_above_startup_s``, is the median (told - asked) minus the
+median wall time of a run by hand (goal: at most 1.5 s). For reference it also times a bare
+``python -c pass``, ``import submitit`` and ``import stepscale.sweeps.job`` (what a trial's
+job process imports before it can start the program). Ends with one JSON line.
+
+    python benchmarks/command_trainer_overhead.py [--points 6] [--trials-per-point 2]
+        [--by-hand 10] [--poll-s S]   # S: the study's launcher.poll_s (default: its own)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from stepscale.sweeps.schema import LauncherConfig
+
+STEPS = 20
+REPORT_EVERY = 5
+
+TRAINER = f"""import time; T0 = time.time()  # first line: when this program began to run
+from stepscale import client
+
+train = client.config().get("train", {{}})
+steps = client.max_steps(default={STEPS})
+lr = float(train.get("lr", 0.1))
+client.begin(0)
+w, first = 0.0, {{"t0": T0}}
+for step in range(1, steps + 1):
+    w -= lr * 2.0 * (w - 1.0)  # the "training": gradient descent on (w - 1)^2
+    if step % {REPORT_EVERY} == 0 or step == steps:
+        loss = (w - 1.0) ** 2 + 0.01
+        if not client.report(step, eval_loss=loss, t=time.time(), **first):
+            break
+        first = {{}}
+"""
+
+STUDY = """# @package _global_
+# Benchmark: a trivial command trainer, {n} trials; only the per-trial overhead matters.
+trainer:
+  command: ["{{python}}", {script}]
+  config:
+    train: {{steps: {steps}, lr: 0.1, width: 1, seed: 0}}
+  keys:
+    max_steps: train.steps
+    seed: train.seed
+scientific:
+  width:
+    path: train.width
+    values: {values}
+nuisance:
+  lr:
+    path: train.lr
+    type: float
+    low: 1.0e-3
+    high: 0.5
+    scale: log
+budget:
+  trials_per_point: {per_point}
+  max_steps: {steps}
+objective:
+  kind: final_eval_loss
+parallelism: 1
+"""
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without stepscale's trial variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("STEPSCALE_")}
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Wall seconds of a command (which must succeed)."""
+    start = time.perf_counter()
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def by_hand(script: Path, folder: Path, env: dict[str, str]) -> dict[str, float]:
+    """One run of the trainer by hand: its wall time and its own spans."""
+    start = time.time()
+    wall = timed([sys.executable, str(script)], folder, env)
+    recs = records(folder / "metrics.jsonl")
+    t0 = recs[0]["t0"]
+    return {
+        "wall": wall,
+        "interpreter_start": t0 - start,  # process start to the program's first line
+        "program_to_first": recs[0]["t"] - t0,
+        "program_to_last": recs[-1]["t"] - t0,
+    }
+
+
+def trial_phases(run_dir: Path) -> list[dict[str, float]]:
+    """Per finished trial: timestamps (epoch s) read from the run dir and the journal."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from stepscale.rundir import trial_dir
+
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(run_dir / "study.journal"))
+    )
+    rows = []
+    for study in storage.get_all_studies():
+        label = study.user_attrs["point"]
+        for trial in storage.get_all_trials(study._study_id, deepcopy=False):
+            if trial.state != TrialState.COMPLETE:
+                raise SystemExit(f"trial {label}/{trial.number} ended {trial.state.name}")
+            folder = trial_dir(run_dir, label, trial.number)
+            events = [
+                json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
+            ]
+            recs = records(folder / "metrics.jsonl")
+            logs = folder / "logs"
+            rows.append(
+                {
+                    "asked": trial.datetime_start.timestamp(),
+                    "submitted": next(logs.glob("*_submitted.pkl")).stat().st_mtime,
+                    "job": next(e["time"] for e in events if e["event"] == "start"),
+                    "program": recs[0]["t0"],
+                    "first": recs[0]["t"],
+                    "last": recs[-1]["t"],
+                    "status": (folder / "status.json").stat().st_mtime,
+                    "result": next(logs.glob("*_result.pkl")).stat().st_mtime,
+                    "told": trial.datetime_complete.timestamp(),
+                }
+            )
+    return sorted(rows, key=lambda r: r["asked"])
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """Median and max, in seconds (rounded to ms)."""
+    return {"median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+def main() -> None:
+    """Run the study and the runs by hand; print the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--points", type=int, default=6, help="values of the scientific axis")
+    parser.add_argument("--trials-per-point", type=int, default=2)
+    parser.add_argument("--by-hand", type=int, default=10, help="runs of the trainer by hand")
+    parser.add_argument("--reference-runs", type=int, default=5, help="of each import timing")
+    parser.add_argument("--poll-s", type=float, default=None, help="launcher.poll_s override")
+    args = parser.parse_args()
+    sweep = str(Path(sys.executable).with_name("sweep"))
+    env = clean_env()
+    n_trials = args.points * args.trials_per_point
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp).resolve()
+        script = root / "trainer.py"
+        script.write_text(TRAINER)
+        (root / "conf").mkdir()
+        (root / "conf" / "bench_cmd.yaml").write_text(
+            STUDY.format(
+                n=n_trials,
+                script=json.dumps(str(script)),
+                steps=STEPS,
+                values=list(range(1, args.points + 1)),
+                per_point=args.trials_per_point,
+            )
+        )
+        hand_dir = root / "by_hand"
+        hand_dir.mkdir()
+        refs: dict[str, list[float]] = {"python": [], "submitit": [], "job": []}
+        ref_cmds = {
+            "python": [sys.executable, "-c", "pass"],
+            "submitit": [sys.executable, "-c", "import submitit"],
+            "job": [sys.executable, "-c", "import stepscale.sweeps.job"],
+        }
+
+        def hand_and_refs(runs: int, ref_runs: int) -> list[dict[str, float]]:
+            for _ in range(ref_runs):
+                for key, cmd in ref_cmds.items():
+                    refs[key].append(timed(cmd, root, env))
+            return [by_hand(script, hand_dir, env) for _ in range(runs)]
+
+        by_hand(script, hand_dir, env)  # warm the file cache (and .pyc) once, untimed
+        hand = hand_and_refs(args.by_hand // 2, args.reference_runs // 2)
+        cmd = [sweep, "run", "conf=bench_cmd", "--config-dir", str(root)]
+        cmd.append(f"run_dir={root / 'run'}")
+        if args.poll_s is not None:
+            cmd.append(f"launcher.poll_s={args.poll_s}")
+        sweep_start = time.time()
+        sweep_wall = timed(cmd, root, env)
+        sweep_end = sweep_start + sweep_wall
+        print(f"sweep run: {n_trials} trials in {sweep_wall:.2f} s", file=sys.stderr)
+        hand += hand_and_refs(
+            args.by_hand - args.by_hand // 2, args.reference_runs - args.reference_runs // 2
+        )
+        rows = trial_phases(root / "run")
+
+    hand_wall = statistics.median(h["wall"] for h in hand)
+    # The program's own start-up outside the measured program→last-report span.
+    own_startup = statistics.median(h["wall"] - h["program_to_last"] for h in hand)
+    spans = {
+        "asked_to_job_start": [r["job"] - r["asked"] for r in rows],
+        "asked_to_submitted": [r["submitted"] - r["asked"] for r in rows],
+        "submitted_to_job_start": [r["job"] - r["submitted"] for r in rows],
+        "job_start_to_program_start": [r["program"] - r["job"] for r in rows],
+        "program_start_to_first_report": [r["first"] - r["program"] for r in rows],
+        "program_start_to_last_report": [r["last"] - r["program"] for r in rows],
+        "last_report_to_told": [r["told"] - r["last"] for r in rows],
+        "last_report_to_status_written": [r["status"] - r["last"] for r in rows],
+        "status_written_to_result_pickled": [r["result"] - r["status"] for r in rows],
+        "result_pickled_to_told": [r["told"] - r["result"] for r in rows],
+        "asked_to_told": [r["told"] - r["asked"] for r in rows],
+        "told_to_next_asked": [b["asked"] - a["told"] for a, b in itertools.pairwise(rows)],
+        "orchestration_overhead": [
+            (r["told"] - r["asked"]) - (r["last"] - r["program"]) - own_startup for r in rows
+        ],
+    }
+    asked_to_told = statistics.median(spans["asked_to_told"])
+    above = asked_to_told - hand_wall
+    result = {
+        "n_trials": len(rows),
+        "steps_per_trial": STEPS,
+        "poll_s": args.poll_s if args.poll_s is not None else LauncherConfig().poll_s,
+        "per_trial_s": {k: summary(v) for k, v in spans.items() if v},
+        "by_hand_s": {
+            "runs": len(hand),
+            "wall": summary([h["wall"] for h in hand]),
+            "interpreter_start": summary([h["interpreter_start"] for h in hand]),
+            "program_start_to_first_report": summary([h["program_to_first"] for h in hand]),
+            "program_start_to_last_report": summary([h["program_to_last"] for h in hand]),
+            "own_startup": round(own_startup, 3),
+        },
+        "reference_s": {f"{k}_median": round(statistics.median(v), 3) for k, v in refs.items()},
+        "sweep_wall_s": round(sweep_wall, 2),
+        "sweep_wall_per_trial_s": round(sweep_wall / len(rows), 3),
+        "sweep_start_to_first_ask_s": round(rows[0]["asked"] - sweep_start, 3),
+        "last_told_to_sweep_end_s": round(sweep_end - rows[-1]["told"], 3),
+        "asked_to_told_median_s": round(asked_to_told, 3),
+        "by_hand_wall_median_s": round(hand_wall, 3),
+        "overhead_above_startup_s": round(above, 3),
+        "goal_s": 1.5,
+        "meets_goal": bool(above <= 1.5),
+    }
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
