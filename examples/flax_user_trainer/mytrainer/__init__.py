@@ -1,0 +1,1 @@
+"""The user's trainer package: `mytrainer.train.main` is a stepscale Python-function trainer."""
