@@ -212,6 +212,7 @@ TRIAL_KEYS = (
     "job_id",
     "job_files",
     "failures",  # errors of earlier attempts (retried)
+    "interruptions",  # jobs stopped from outside (sweep stop, Ctrl-C, orchestrator killed)
     "error",  # the error of the last attempt of a failed trial
 )
 # The per-trial fields of trial.json the analysis keeps as coordinates.

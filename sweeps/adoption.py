@@ -8,16 +8,26 @@ or running. This module finds them and reads their state; the scheduler acts.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
+from submitit.core.utils import JobPaths
 
 from stepscale.files import read_json
-from stepscale.rundir import STATUS_JSON, STOPPED, TRAINER_FINAL_STATES, TRIAL_JSON, trial_dir
+from stepscale.rundir import (
+    LOGS_DIR,
+    STATUS_JSON,
+    STOPPED,
+    TRAINER_FINAL_STATES,
+    TRIAL_JSON,
+    trial_dir,
+)
 from stepscale.sweeps.launchers import JobHandle, Launcher
+from stepscale.sweeps.outcomes import exception_line
 from stepscale.sweeps.space import Point
 
 
@@ -54,12 +64,24 @@ def orphans(
             yield Orphan(point, trial, folder, status, record)
 
 
-def resume_attempt(record: dict[str, Any]) -> int:
-    """The attempt number of a dead trial's next job: the same one if it was stopped on
-    request (`sweep stop`, Ctrl-C), which is not a failed attempt; else the next."""
-    attempts = int(record.get("attempts", 0))
-    again = record.get("state") == STOPPED and attempts > 0
-    return attempts if again else attempts + 1
+def dead_job_error(folder: Path, record: dict[str, Any]) -> str | None:
+    """Why the last job of a dead trial failed, if it failed on its own (its result file
+    holds an error); None when it was interrupted from outside: stopped on request
+    (`sweep stop`, Ctrl-C) or killed with its orchestrator, leaving no result. Only a
+    failure uses up one of the trial's retries."""
+    job_id = record.get("job_id")
+    if record.get("state") == STOPPED or not job_id:
+        return None
+    files = Path(record["job_files"]) if record.get("job_files") else folder / LOGS_DIR
+    paths = JobPaths(files, job_id=str(job_id), task_id=0)
+    try:
+        with open(paths.result_pickle, "rb") as f:
+            outcome, trace = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError):
+        return None  # no result: the job was killed (with its orchestrator, or alone)
+    if outcome != "error":
+        return None
+    return f"{exception_line(str(trace))} (traceback and output: {paths.stderr})"
 
 
 def live_job(launcher: Launcher, folder: Path, record: dict[str, Any]) -> JobHandle | None:

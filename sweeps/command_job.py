@@ -115,8 +115,8 @@ def _status(folder: Path, verdict: Action, steps_done: int) -> dict[str, Any]:
 def _exit_text(code: int) -> str:
     if code < 0:
         name = signal.Signals(-code).name if -code in signal.Signals else str(-code)
-        return f"the trainer command was killed by {name} (its output is in the trial's logs)"
-    return f"the trainer command exited with code {code} (its output is in the trial's logs)"
+        return f"the trainer command was killed by {name}"
+    return f"the trainer command exited with code {code}"
 
 
 def _wait(proc: subprocess.Popen[Any], timeout: float) -> None:

@@ -81,6 +81,13 @@ class JobHandle:
         """The folder of submitit's files for this job (pickles, logs)."""
         return Path(self.job.paths.folder)
 
+    @property
+    def log(self) -> Path | None:
+        """The job's error stream (task 0), where a failed trial's traceback is."""
+        if self.inline:
+            return None
+        return Path(self.job.paths.stderr)
+
     def done(self) -> bool:
         """Has the job ended (in any way)?"""
         if self._outcome is not None:

@@ -5,6 +5,7 @@ recorded in trial.json."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,39 @@ def final_status(ok: bool, result: Any) -> dict[str, Any] | None:
     return status if status is not None and status.get("state") in TRAINER_FINAL_STATES else None
 
 
-def job_error(ok: bool, result: Any) -> str:
-    """Why a job gave no final status: its exception, or what it returned instead."""
-    return f"{type(result).__name__}: {result}" if not ok else f"unexpected result {result!r}"
+def job_error(ok: bool, result: Any, log: Path | None = None) -> str:
+    """Why a job gave no final status, in one line: its exception (the traceback stays in
+    the job's log, named at the end), or what it returned instead."""
+    if ok:
+        return f"unexpected result {result!r}"[:2000]
+    text = str(result)
+    if "failed during processing with trace:" in text:  # submitit's FailedJobError
+        line = exception_line(text.split("-" * 22, 2)[1] if text.count("-" * 22) >= 2 else text)
+    elif (state := re.search(r"has not produced any output \(state: ([^)]*)\)", text)) is not None:
+        job = re.match(r"Job (\S+)", text)
+        which = f"job {job.group(1)}" if job else "the job"
+        line = f"{type(result).__name__}: {which} ended without a result (state: {state.group(1)})"
+    else:
+        line = f"{type(result).__name__}: {' '.join(text.split())}"
+    where = f" (traceback and output: {log})" if log is not None else ""
+    return line[: 2000 - len(where)] + where
+
+
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(: |$)")
+
+
+def exception_line(trace: str) -> str:
+    """``Type: message`` of the exception that ended a Python traceback, on one line (the
+    type without its module path)."""
+    lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
+    start = len(lines) - 1
+    for i in range(len(lines) - 1, -1, -1):
+        if not lines[i].startswith((" ", "\t")) and _EXCEPTION_LINE.match(lines[i]):
+            start = i
+            break
+    head, _, message = " ".join(ln.strip() for ln in lines[start:]).partition(": ")
+    name = head.rsplit(".", 1)[-1]
+    return f"{name}: {message}" if message else name
 
 
 def tell_once(

@@ -155,12 +155,17 @@ class Scheduler:
             trial.set_user_attr("seed", self.cfg.seed)
         return self._prepare(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
 
-    def _submit(self, point: Point, trial: FrozenTrial, attempt: int) -> None:
-        self._launch([self._prepare(point, trial, attempt)])
+    def _submit(
+        self, point: Point, trial: FrozenTrial, attempt: int, interrupted: bool = False
+    ) -> None:
+        self._launch([self._prepare(point, trial, attempt, interrupted)])
 
-    def _prepare(self, point: Point, trial: FrozenTrial, attempt: int) -> Prepared:
+    def _prepare(
+        self, point: Point, trial: FrozenTrial, attempt: int, interrupted: bool = False
+    ) -> Prepared:
         """Write a trial's folder (config, trial.json, the orchestrator's heartbeat, which
-        keeps other orchestrators off it) and its job's spec; :meth:`_launch` submits it."""
+        keeps other orchestrators off it) and its job's spec; :meth:`_launch` submits it.
+        ``interrupted``: the trial's last job was stopped from outside, not failed."""
         folder = trial_dir(self.run_dir, point.label, trial.number)
         previous = read_json(folder / TRIAL_JSON, lenient=True) or {}
         record = trial_record(
@@ -170,6 +175,9 @@ class Scheduler:
         )  # fmt: skip
         if previous.get("failures"):
             record["failures"] = previous["failures"]  # errors of earlier attempts (retried)
+        interruptions = int(previous.get("interruptions", 0)) + int(interrupted)
+        if interruptions:
+            record["interruptions"] = interruptions
         nuisance = self.space.trainer_values(point.label, trial.params)
         seed = record["seed"]
         tree = trial_config(self.cfg, self.trainer, self.space, point, nuisance, seed, folder)
@@ -238,15 +246,30 @@ class Scheduler:
             if status is not None:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
                 continue
-            error = outcomes.job_error(ok, result)
-            if run.record["attempts"] <= self.cfg.retries:
-                # Kept for the user: why this trial needed another job.
-                run.record["failures"] = [*run.record.get("failures", []), error[:2000]]
-                write_trial_json(run.folder, run.record)
-                trial = self.storage.get_trial(trial_id)
-                self._submit(run.point, trial, attempt=run.record["attempts"] + 1)
-            else:
-                self._finalize(run.point, trial_id, run.folder, None, run.record, error=error)
+            error = outcomes.job_error(ok, result, self._log_name(run.folder, run.handle.log))
+            self._failed(run.point, self.storage.get_trial(trial_id), run.folder, run.record, error)
+
+    def _failed(
+        self, point: Point, trial: FrozenTrial, folder: Path, record: dict[str, Any], error: str
+    ) -> None:
+        """A trial's job failed: run it again (as the same Optuna trial, from its checkpoint)
+        while retries last, else the trial failed. Only failures use up retries."""
+        if int(record.get("attempts", 1)) <= self.cfg.retries:
+            # Kept for the user: why this trial needed another job.
+            record["failures"] = [*record.get("failures", []), error[:2000]]
+            write_trial_json(folder, record)
+            self._submit(point, trial, attempt=int(record.get("attempts", 1)) + 1)
+        else:
+            self._finalize(point, trial._trial_id, folder, None, record, error=error)
+
+    def _log_name(self, folder: Path, log: Path | None) -> Path | None:
+        """A job's log as the user finds it: relative to the trial folder when inside it."""
+        if log is None:
+            return None
+        try:
+            return log.resolve().relative_to(folder.resolve())
+        except ValueError:
+            return log
 
     def _finalize(
         self,
@@ -283,7 +306,18 @@ class Scheduler:
                 elif (handle := adoption.live_job(self.launcher, o.folder, o.record)) is not None:
                     self._take_over(o, handle)
                 elif not heartbeat.trial_alive(o.folder, timeout):
-                    self._submit(o.point, o.trial, attempt=adoption.resume_attempt(o.record))
+                    self._resume_dead(o)
+
+    def _resume_dead(self, o: adoption.Orphan) -> None:
+        """A trial nobody works on any more: its job failed on its own (a retry is used up)
+        or was interrupted from outside (stopped, or killed with its orchestrator: the same
+        attempt goes on from its checkpoint)."""
+        error = adoption.dead_job_error(o.folder, o.record)
+        if error is None:
+            attempt = max(1, int(o.record.get("attempts", 0)))
+            self._submit(o.point, o.trial, attempt=attempt, interrupted="trial" in o.record)
+        else:
+            self._failed(o.point, o.trial, o.folder, dict(o.record), error)
 
     def _take_over(self, o: adoption.Orphan, handle: JobHandle) -> None:
         """Own the still-live SLURM job of a trial whose orchestrator died."""

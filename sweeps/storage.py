@@ -75,12 +75,12 @@ def open_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
     import optuna  # here: a trial job that never asks the pruner does not pay for it
 
     if spec.name == "journal":
-        from optuna.storages.journal import JournalFileBackend
+        from stepscale.sweeps.journal import open_journal
 
         path = Path(spec.url)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+            return open_journal(path)
         except OSError as exc:
             raise UsageError(f"storage: cannot use journal file {path}: {exc.strerror}") from None
     url = os.environ.get(spec.url_env, "") if spec.url_env else spec.url
