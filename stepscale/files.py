@@ -25,6 +25,10 @@ def atomic_path(path: Path) -> Iterator[Path]:
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:  # a failed write names no file: say which one it was
+            exc.filename = str(path)
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()

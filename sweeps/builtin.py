@@ -12,6 +12,7 @@ planning starts, so a command trainer's job never loads it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,17 @@ def to_trainer_config(tree: dict[str, Any]) -> TrainerConfig:
     """A typed trainer config from a plain dict (as a study builds it for a trial)."""
     from omegaconf import OmegaConf
 
-    merged = OmegaConf.merge(OmegaConf.structured(TrainerConfig), tree)
+    merged = OmegaConf.merge(_schema(), tree)
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
+
+
+@functools.cache
+def _schema() -> Any:
+    """The trainer config's OmegaConf schema, built once (it is most of a conversion's
+    cost; `OmegaConf.merge` copies it)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(TrainerConfig)
 
 
 def plan_run(cfg: TrainerConfig) -> Any:

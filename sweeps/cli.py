@@ -1,8 +1,9 @@
 """The `sweep` command line. Machine-readable output on stdout, progress on stderr.
 
-Exit codes (`stepscale.sweeps.errors.exit_code`): 0 success; 2 bad input (config, override, usage,
-unreadable file) with a message and no traceback; 130 on Ctrl-C after saving state; 1
-internal or environment error with a clear message. No sub-command module imports this one.
+Exit codes (`stepscale.sweeps.errors.exit_code`): 0 success; 2 bad input (config, override,
+usage, unreadable file) with a message and no traceback; 130 on Ctrl-C (143 on SIGTERM) after
+saving state; 1 internal or environment error with a clear message. No sub-command module
+imports this one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 
 from stepscale import __version__
 from stepscale.sweeps.errors import UsageError, exit_code
+from stepscale.sweeps.signals import sigterm_interrupts
 
 
 class _Parser(argparse.ArgumentParser):
@@ -139,6 +141,7 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sweep` console script."""
+    sigterm_interrupts()  # a cluster's SIGTERM ends a command as Ctrl-C does (exit 143)
     parser = build_parser()
     # Overrides may stand before and after options (`sweep run conf=x --dry-run k=v`).
     args, extra = parser.parse_known_args(argv)

@@ -76,14 +76,19 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     )
     tail = MetricsTail(folder / METRICS_JSONL)
     verdict = Action.CONTINUE
+
+    def follow() -> None:
+        nonlocal verdict
+        for record in tail.read_new():
+            action = reporter.observe(record["step"], record)
+            if action != Action.CONTINUE and verdict == Action.CONTINUE:
+                verdict = action
+                write_json_atomic(control, {"action": action.value, "step": record["step"]})
+
     try:
         while True:
             exited = proc.poll() is not None
-            for record in tail.read_new():
-                action = reporter.observe(record["step"], record)
-                if action != Action.CONTINUE and verdict == Action.CONTINUE:
-                    verdict = action
-                    write_json_atomic(control, {"action": action.value, "step": record["step"]})
+            follow()
             if exited:
                 break
             time.sleep(POLL_S)
@@ -92,21 +97,36 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         raise
     except KeyboardInterrupt:
         # A stop signal (or Ctrl-C, which the program got from the terminal itself): let
-        # the program save its checkpoint, then stop as the job does.
+        # the program save its checkpoint, then stop as the job does — unless it finished
+        # its run meanwhile: then the trial is finished.
         if stop.received is not None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(stop.received)
         _wait(proc, GRACE_S)
-        raise
+        ran_to_end = _status_written(folder) is not None or _at_end(folder, spec)
+        if proc.returncode != 0 or not ran_to_end:
+            raise
+        follow()
     if proc.returncode != 0:
         raise CommandFailed(_exit_text(proc.returncode))
     return _status(folder, verdict, last_step(folder / METRICS_JSONL))
 
 
+def _status_written(folder: Path) -> dict[str, Any] | None:
+    """The program's own final status.json, if it wrote one."""
+    written = read_json(folder / STATUS_JSON, lenient=True)
+    return written if isinstance(written, dict) and written.get("state") in FINAL_STATES else None
+
+
+def _at_end(folder: Path, spec: Any) -> bool:
+    """Did the program report its horizon's last step (it ran to its end)?"""
+    return last_step(folder / METRICS_JSONL) >= int(spec.horizon)
+
+
 def _status(folder: Path, verdict: Action, steps_done: int) -> dict[str, Any]:
     """The program's own final status.json if it wrote one, else what the job saw."""
-    written = read_json(folder / STATUS_JSON, lenient=True)
-    if isinstance(written, dict) and written.get("state") in FINAL_STATES:
+    written = _status_written(folder)
+    if written is not None:
         return written
     state = PRUNED if verdict == Action.PRUNE else COMPLETE
     return {"state": state, "steps_done": steps_done}

@@ -1,13 +1,14 @@
 """Errors a user can cause, and the exit code every `sweep` command ends with.
 
 Exit codes: 0 success; 2 bad input (config, override, usage, unreadable file) with a
-message and no traceback; 130 on Ctrl-C after saving state; 1 internal or environment
+message and no traceback; 130 on Ctrl-C (143 on SIGTERM) after saving state; 1 internal or environment
 error with a clear message. Nothing here imports Hydra, so a trial job may import it.
 """
 
 from __future__ import annotations
 
 import errno
+import signal
 import sys
 from collections.abc import Callable
 
@@ -24,13 +25,21 @@ def exit_code(command: Callable[[], int]) -> int:
     except UsageError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("sweep: interrupted; state saved — run the same command to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = int(getattr(exc, "signum", signal.SIGINT))
+        what = (
+            "interrupted"
+            if signum == signal.SIGINT
+            else f"stopped by {signal.Signals(signum).name}"
+        )
+        print(f"sweep: {what}; state saved — run the same command to resume", file=sys.stderr)
+        return 128 + signum
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
+            where = f" writing {exc.filename}" if exc.filename else ""
             print(
-                f"sweep: error: disk full ({exc.filename or ''}); nothing saved was lost",
+                f"sweep: error: disk full{where}; nothing saved was lost — free some space "
+                "and run the same command to go on",
                 file=sys.stderr,
             )
             return 1

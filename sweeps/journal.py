@@ -44,10 +44,14 @@ class TornSafeJournalBackend(JournalFileBackend):
         with get_lock_file(self._lock):
             cut_torn_tail(self.path)
             text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with open(self.path, "ab") as f:
-                f.write(text.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(text.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:  # a full disk: say which file (the torn tail is cut later)
+                exc.filename = exc.filename or str(self.path)
+                raise
 
     def mend(self) -> None:
         """Under the journal's lock, cut a torn last record off and mend records that an

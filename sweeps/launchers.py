@@ -64,6 +64,10 @@ class JobHandle:
         self.inline = inline
         self.slot = slot  # the local GPU slot this job holds, if any
         self._outcome: tuple[bool, Any] | None = None
+        if isinstance(job, submitit.LocalJob):
+            # A local job writes its result before its process ends: once it has ended, a
+            # missing result will not come (submitit would wait 15 s for it on a shared disk).
+            job._results_timeout_s = 0
         if inline:  # run now, in this process, without DebugExecutor's post-mortem debugger
             error = job.exception()
             self._outcome = (

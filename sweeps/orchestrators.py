@@ -48,6 +48,29 @@ def unregister(run_dir: Path, owner: str) -> None:
         (_folder(run_dir) / f"{owner}.json").unlink()
 
 
+def remove_stale(run_dir: Path, timeout_s: float) -> int:
+    """Remove the records of orchestrators that died without removing their own (killed:
+    on this host their process is gone, elsewhere their heartbeat is older than
+    ``timeout_s``); returns how many."""
+    removed = 0
+    for path in sorted(_folder(run_dir).glob("*.json")):
+        record = read_json(path, lenient=True)
+        if record is None and time.time() - _mtime(path) < timeout_s:
+            continue  # being written right now
+        if record is None or not heartbeat.fresh(record, timeout_s):
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += 1
+    return removed
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def live(run_dir: Path, timeout_s: float) -> list[dict[str, Any]]:
     """The orchestrators of ``run_dir`` whose records are fresh (and, on this host, whose
     process exists)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +40,9 @@ def plan_points(
     the nuisance ranges); returns per-point horizons and sizes."""
     check = _validator(trainer)
     out = {}
-    for point in space.points:
+    progress = _Progress(len(space.points))
+    for done, point in enumerate(space.points):
+        progress.show(done)
         plans = []
         for values in range_ends(space, point):
             tree = trial_config(cfg, trainer, space, point, values, cfg.seed, None)
@@ -60,7 +64,36 @@ def plan_points(
         out[point.label] = _sizes(cfg, point.label, plans[0])
         if trainer.kind != BUILTIN and out[point.label]["examples_per_step"] is None:
             out[point.label]["examples_per_step"] = _batch_examples(cfg, point)
+    progress.show(len(space.points))
     return out
+
+
+class _Progress:
+    """Says how far the check of a large grid has come (once it has taken a few seconds),
+    so a long silence before the first trial or the dry run's plan is explained."""
+
+    AFTER_S = 2.0  # quiet for grids checked faster than this
+    EVERY_S = 5.0
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def show(self, done: int) -> None:
+        now = time.monotonic() - self.start
+        final = done == self.total
+        if now < self.AFTER_S or (not final and now - self.last < self.EVERY_S):
+            return
+        if final and self.last == 0.0:
+            return  # never said anything: nothing to close
+        self.last = now
+        print(
+            f"sweep: checking every point's config with the trainer: {done:,} of "
+            f"{self.total:,} points ({now:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _validator(trainer: TrainerSpec) -> Callable[[dict[str, Any]], Any] | None:

@@ -63,10 +63,12 @@ def versions() -> dict[str, str]:
     return {"python": python_version(), **installed}
 
 
-def write_provenance(run_dir: Path, storage: StorageSpec, argv: list[str]) -> dict[str, Any]:
-    """Start a session in ``run.json`` (created on the first run); returns the record."""
-    import jax
-
+def write_provenance(
+    run_dir: Path, storage: StorageSpec, argv: list[str], jax_devices: bool = True
+) -> dict[str, Any]:
+    """Start a session in ``run.json`` (created on the first run); returns the record.
+    ``jax_devices``: record JAX's devices here (the built-in trainer's); a user trainer's
+    devices are its own business, and its orchestrator need not load JAX at all."""
     path = run_dir / RUN_JSON
     record = read_json(path, lenient=True) or {}
     command = ["sweep", *(redact(a) for a in argv)]
@@ -76,8 +78,7 @@ def write_provenance(run_dir: Path, storage: StorageSpec, argv: list[str]) -> di
         started=record.get("started", session["started"]),
         ended=None,
         versions=versions(),
-        devices=[f"{d.platform}:{d.id}" for d in jax.devices()],
-        platform=jax.devices()[0].platform,
+        **_devices(jax_devices),
         host=socket.gethostname(),
         git=provenance_git(),
         storage=storage.display(),
@@ -85,6 +86,17 @@ def write_provenance(run_dir: Path, storage: StorageSpec, argv: list[str]) -> di
     record["sessions"] = [*record.get("sessions", []), session]
     write_json_atomic(path, record)
     return record
+
+
+def _devices(known: bool) -> dict[str, Any]:
+    if not known:
+        return {"devices": None, "platform": None}
+    import jax
+
+    return {
+        "devices": [f"{d.platform}:{d.id}" for d in jax.devices()],
+        "platform": jax.devices()[0].platform,
+    }
 
 
 def finish_provenance(run_dir: Path, complete: bool) -> None:

@@ -68,7 +68,7 @@ def run_study(
         check_unchanged(run_dir, cfg)
         write_study_files(run_dir, raw, cfg, space)
         if not detach:
-            write_provenance(run_dir, storage_spec, argv)
+            write_provenance(run_dir, storage_spec, argv, jax_devices=trainer.kind == BUILTIN)
     lock.close()
     if detach:
         from stepscale.sweeps.detach import submit_orchestrator

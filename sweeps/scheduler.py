@@ -30,9 +30,11 @@ from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcome
 from stepscale.sweeps.job import TrialJob
 from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher
 from stepscale.sweeps.point_stats import PointStats, point_stats
+from stepscale.sweeps.reconcile import reconcile
 from stepscale.sweeps.runlock import RunLock
 from stepscale.sweeps.samplers import derived_seed, make_sampler
 from stepscale.sweeps.schema import StudyConfig
+from stepscale.sweeps.signals import StopRequest
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
 from stepscale.sweeps.trainers import TrainerSpec
@@ -46,8 +48,12 @@ from stepscale.sweeps.trials import (
     write_trial_json,
 )
 
-# How often a waiting orchestrator looks whether a local job's process has ended.
+# How often a waiting orchestrator looks whether a local job's process has ended, and
+# whether a stop signal came.
 LOCAL_WAKE_S = 0.02
+SIGNAL_WAKE_S = 0.2
+# How long a stop signal waits for local trial jobs to checkpoint and end.
+INTERRUPT_GRACE_S = 30.0
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Optuna's own handler keeps the stderr object it first saw; propagating to the root
@@ -107,6 +113,7 @@ class Scheduler:
             self.studies = {p.label: self._study(p) for p in space.points}
         self.told = 0
         self.stopped = False  # ended by `sweep stop`
+        self.signals = StopRequest()  # Ctrl-C / SIGTERM: stop at the next safe point
         self._last_orch_beat = 0.0
 
     # ------------------------------------------------------------ studies
@@ -301,6 +308,9 @@ class Scheduler:
                 if o.finished:
                     record = adopted_record(self.cfg, self.space, o.point, o.trial, o.record)
                     self._finalize(o.point, trial_id, o.folder, o.status, record)
+                elif o.record.get("state") == FAILED:  # recorded, but Optuna's tell was lost
+                    error = str(o.record.get("error") or "failed")
+                    self._finalize(o.point, trial_id, o.folder, None, o.record, error=error)
                 elif heartbeat.owner_alive(o.folder, timeout):
                     continue  # its orchestrator is alive and waits for it
                 elif (handle := adoption.live_job(self.launcher, o.folder, o.record)) is not None:
@@ -350,56 +360,89 @@ class Scheduler:
         """Run until every point has its budget of finished trials."""
         poll = self.cfg.launcher.poll_s
         orchestrators.register(self.run_dir, self.owner, self.started)
+        orchestrators.remove_stale(self.run_dir, self.cfg.heartbeat_timeout_s)
         try:
-            self._adopt()
-            while True:
-                if orchestrators.stop_requested(self.run_dir, self.started):
-                    self._stop()
-                    break
-                self.launcher.refresh()
-                self._reap()
-                self._adopt()
-                # On SLURM, trials asked in one pass are submitted together, as one job array.
-                together = self.cfg.launcher.name == "slurm"
-                batch: list[Prepared] = []
-                try:
-                    while len(self.running) + len(batch) < self.cfg.parallelism:
-                        with self.lock:
-                            choice = budget.pick_point(
-                                self.space.points, self._trials, self.cfg.budget
-                            )
-                            if choice is None:
-                                break
-                            batch.append(self._ask(*choice))
-                        if not together:
-                            self._launch(batch)
-                            batch = []
-                            self._reap()  # inline jobs are done already
-                    self._launch(batch)
-                except BaseException:
-                    self._release(batch)
-                    raise
-                if self.progress is not None:
-                    self.progress(self.stats())
-                if self._finished():
-                    break
-                self._beat()
-                self._wait(poll if self.running else min(poll, 1.0) * 2)
-        except KeyboardInterrupt:
-            self._interrupted()
+            with self.signals:
+                self._reconcile()
+                self._loop(poll)
+                self._reconcile()
+        except KeyboardInterrupt:  # a second signal: stop now, without waiting for jobs
+            self._interrupted(grace_s=0.0)
             raise
         finally:
             orchestrators.unregister(self.run_dir, self.owner)
             self.lock.close()
         return self.stats()
 
+    def _reconcile(self) -> None:
+        """Bring trial folders in line with the storage (a write between telling Optuna and
+        recording the end may have failed: a full disk, a kill)."""
+        with self.lock:
+            reconcile(
+                self.space.points,
+                self._trials,
+                self.run_dir,
+                lambda point, trial, record: adopted_record(
+                    self.cfg, self.space, point, trial, record
+                ),
+                self.cfg.keep_checkpoints,
+            )
+
+    def _loop(self, poll: float) -> None:
+        """Ask, submit, reap and adopt until the budget is done, a stop is asked for
+        (`sweep stop`) or a signal came (then `Interrupted` ends it, trials saved)."""
+        self._adopt()
+        while True:
+            if self.signals.signum is not None:
+                self._interrupted()
+                self.signals.check()
+            if orchestrators.stop_requested(self.run_dir, self.started):
+                self._stop()
+                return
+            self._step()
+            if self._finished():
+                return
+            self._beat()
+            self._wait(poll if self.running else min(poll, 1.0) * 2)
+
+    def _step(self) -> None:
+        """One pass: reap ended jobs, adopt orphans, fill free slots, show progress."""
+        self.launcher.refresh()
+        self._reap()
+        self._adopt()
+        # On SLURM, trials asked in one pass are submitted together, as one job array.
+        together = self.cfg.launcher.name == "slurm"
+        batch: list[Prepared] = []
+        try:
+            while len(self.running) + len(batch) < self.cfg.parallelism:
+                if self.signals.signum is not None:
+                    break  # stopping: submit nothing more
+                with self.lock:
+                    choice = budget.pick_point(self.space.points, self._trials, self.cfg.budget)
+                    if choice is None:
+                        break
+                    batch.append(self._ask(*choice))
+                if not together:
+                    self._launch(batch)
+                    batch = []
+                    self._reap()  # inline jobs are done already
+            self._launch(batch)
+        except BaseException:
+            self._release(batch)
+            raise
+        if self.progress is not None:
+            self.progress(self.stats())
+
     def _wait(self, seconds: float) -> None:
         """Sleep up to ``seconds``; a local job whose process ends wakes us at once (its
-        slot is refilled and its result told without waiting out the poll interval)."""
+        slot is refilled and its result told without waiting out the poll interval), and
+        so does a stop signal."""
         deadline = time.monotonic() + seconds
         watch = self.cfg.launcher.name == "local" and bool(self.running)
         while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, LOCAL_WAKE_S) if watch else left)
+            time.sleep(min(left, LOCAL_WAKE_S if watch else SIGNAL_WAKE_S))
+            if self.signals.signum is not None:
+                return
             if watch and any(run.handle.done() for run in self.running.values()):
                 return
 
@@ -434,21 +477,28 @@ class Scheduler:
             else:
                 self._mark_stopped(run)
 
-    def _interrupted(self) -> None:
-        """Ctrl-C: local jobs got the signal too and save their checkpoints; give them a
-        moment, then stop what is left. Trials stay RUNNING and resume on the next run;
-        SLURM jobs go on and are waited for (or taken over) by the next run."""
-        deadline = time.time() + 15
-        local = self.cfg.launcher.name == "local"
-        while (
-            local
-            and time.time() < deadline
-            and any(not r.handle.done() for r in self.running.values())
-        ):
-            time.sleep(0.2)
-        for run in self.running.values():
-            if local:
+    def _interrupted(self, grace_s: float = INTERRUPT_GRACE_S) -> None:
+        """A stop signal (Ctrl-C, SIGTERM): local trial jobs are asked to stop too (they
+        may have had the signal already, from the terminal) and given time to checkpoint;
+        a trial that finished meanwhile is recorded as finished, the others as stopped
+        (they resume on the next run). SLURM jobs go on and are waited for (or taken
+        over) by the next run."""
+        if self.cfg.launcher.name == "local":
+            for run in self.running.values():
+                run.handle.cancel()
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline and any(
+                not r.handle.done() for r in self.running.values()
+            ):
+                time.sleep(0.05)
+        for trial_id, run in list(self.running.items()):
+            if self.cfg.launcher.name == "slurm":
+                heartbeat.let_go(run.folder)
+                continue
+            status = outcomes.final_status(*run.handle.outcome()) if run.handle.done() else None
+            if status is not None:
+                self._finalize(run.point, trial_id, run.folder, status, run.record)
+            else:
                 run.handle.cancel()
                 self._mark_stopped(run)
-            else:
-                heartbeat.let_go(run.folder)
+            del self.running[trial_id]

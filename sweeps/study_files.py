@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from stepscale.files import read_json, write_json_atomic
+from stepscale.files import read_json, write_json_atomic, write_text_atomic
 from stepscale.redact import redact
 from stepscale.rundir import CONFIG_YAML, SPACE_JSON, STUDY_JSON
 from stepscale.sweeps.errors import UsageError
@@ -89,9 +91,11 @@ def make_run_dir(run_dir: Path) -> None:
     """Create the run dir and make sure this process can write there (else `UsageError`)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
+        # A name of its own: two orchestrators starting together on a fresh run dir must
+        # not remove each other's probe.
+        fd, probe = tempfile.mkstemp(dir=run_dir, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
 
@@ -100,8 +104,8 @@ def write_study_files(run_dir: Path, raw: Any, cfg: StudyConfig, space: SearchSp
     """Write the composed config (redacted), the search space and ``study.json`` (points in
     order, the fingerprint, the scientific values; ``created`` kept from the first run)."""
     config_yaml = redact(OmegaConf.to_yaml(raw, resolve=True))
-    (run_dir / CONFIG_YAML).write_text(config_yaml)
-    (run_dir / SPACE_JSON).write_text(dumps_stable(space_document(cfg)))
+    write_text_atomic(run_dir / CONFIG_YAML, config_yaml)
+    write_text_atomic(run_dir / SPACE_JSON, dumps_stable(space_document(cfg)))
     saved = read_json(run_dir / STUDY_JSON, lenient=True) or {}
     study = {
         "name": cfg.name,

@@ -5,15 +5,17 @@ a few trials takes seconds; the long random kill storm is `benchmarks/kill_storm
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
 import pytest
-from helpers import assert_exact_budget, read_jsonl, trials_of, wait_for
+from helpers import assert_exact_budget, optuna_trials, read_jsonl, trials_of, wait_for
 
 from stepscale import rundir
 from stepscale.sweeps.journal import open_journal
@@ -24,11 +26,13 @@ SWEEP = str(Path(sys.executable).with_name("sweep"))
 # learning rate, sleeps ``sleep_s`` a step (time to be killed), and crashes once at step
 # ``crash_at`` when asked (the file ``crashed`` marks that it did).
 TRAINER = """\
-import json, os, sys, time
+import json, os, signal, sys, time
 from pathlib import Path
 from stepscale import client
 
 cfg = client.config()
+if cfg.get("ignore_term"):  # a trainer that finishes its run whatever it is told
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 ckpt = Path("ckpt.json")
 start = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
 client.begin(start)
@@ -52,7 +56,7 @@ STUDY = """\
 # A tiny study of a command trainer, for fault tests.
 trainer:
   command: ["{python}", train.py]
-  config: {width: 1, lr: 0.1, steps: 10, sleep_s: 0.0, crash_at: 0}
+  config: {width: 1, lr: 0.1, steps: 10, sleep_s: 0.0, crash_at: 0, ignore_term: 0}
   keys: {max_steps: steps}
 scientific:
   width: {path: width, values: [1, 2]}
@@ -224,6 +228,7 @@ def test_an_orchestrator_kill_and_a_torn_journal_cost_no_retry_and_no_trial(
     assert res.returncode == 0, res.stderr
     assert "record cut short" in res.stderr
     assert_exact_budget(run_dir, "faulty", per_point=3, points=2)
+    assert list((run_dir / rundir.ORCHESTRATORS_DIR).iterdir()) == []  # the killed one's too
     for label, records in trials_of(run_dir).items():
         for r in records:
             assert r["state"] == "complete", r
@@ -235,3 +240,208 @@ def test_an_orchestrator_kill_and_a_torn_journal_cost_no_retry_and_no_trial(
             assert r.get("interruptions", 0) == (1 if folded in interrupted else 0), r
             steps = [m["step"] for m in read_jsonl(run_dir / "trials" / folded / "metrics.jsonl")]
             assert steps == list(range(11)), folded  # resumed from checkpoints, nothing twice
+
+
+# ------------------------------------------------------------------------------ signals
+
+ONE_TRIAL = [
+    "run", "conf=faulty", "--config-dir", ".", "scientific.width.values=[1]",
+    "budget.trials_per_point=1", "parallelism=1", "trainer.config.sleep_s=0.1",
+]  # fmt: skip
+
+
+def _reported(folder: Path, step: int) -> bool:
+    path = folder / rundir.METRICS_JSONL
+    return path.exists() and any(r["step"] >= step for r in read_jsonl(path))
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_orchestrator_as_ctrl_c_does_and_the_study_resumes(
+    project: Path,
+) -> None:
+    # With a pruner, every eval loss goes to Optuna too: a resumed job must not report
+    # again the steps it redoes after its checkpoint (Optuna warns and ignores them).
+    pruner = ["pruner.name=median", "pruner.n_startup_trials=5"]
+    proc = start_sweep(*ONE_TRIAL, *pruner, cwd=project)
+    run_dir = project / "runs" / "faulty"
+    trial = run_dir / "trials" / "width=1" / "0"
+    wait_while_running(proc, lambda: _reported(trial, 3))
+    proc.send_signal(signal.SIGTERM)  # the orchestrator's pid alone, as a cluster does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "stopped by SIGTERM" in err and "Traceback" not in err, err
+    record = json.loads((trial / rundir.TRIAL_JSON).read_text())
+    assert record["state"] == "stopped", record  # checkpointed, resumes next time
+    run = json.loads((run_dir / rundir.RUN_JSON).read_text())
+    assert run["sessions"][-1]["ended"] is not None and run["ended"] is None
+    res = sweep(*ONE_TRIAL, *pruner, cwd=project)
+    assert res.returncode == 0, res.stderr
+    record = json.loads((trial / rundir.TRIAL_JSON).read_text())
+    assert record["state"] == "complete" and record["attempts"] == 1, record
+    assert record["interruptions"] == 1 and "failures" not in record, record
+    assert [r["step"] for r in read_jsonl(trial / rundir.METRICS_JSONL)] == list(range(11))
+    assert_exact_budget(run_dir, "faulty", per_point=1, points=1)
+    (told,) = optuna_trials(run_dir, "faulty")["width=1"]
+    assert sorted(told.intermediate_values) == list(range(1, 11))
+    logs = "".join(p.read_text() for p in (trial / rundir.LOGS_DIR).glob("*.err"))
+    assert "already reported" not in logs
+
+
+@pytest.mark.slow
+def test_sigint_to_the_orchestrator_alone_records_a_trial_that_finished_as_finished(
+    project: Path,
+) -> None:
+    # Ctrl-C to the orchestrator's pid (not its group): the trial job hears of it from the
+    # orchestrator; this trainer runs to its end anyway, so the trial is complete.
+    proc = start_sweep(*ONE_TRIAL, "trainer.config.ignore_term=1", cwd=project)
+    run_dir = project / "runs" / "faulty"
+    trial = run_dir / "trials" / "width=1" / "0"
+    wait_while_running(proc, lambda: _reported(trial, 3))
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert time.monotonic() - started < 10  # no wait for a signal the job never had
+    record = json.loads((trial / rundir.TRIAL_JSON).read_text())
+    assert record["state"] == "complete", record
+    (told,) = optuna_trials(run_dir, "faulty")["width=1"]
+    assert told.state == optuna.trial.TrialState.COMPLETE
+
+
+# ------------------------------------------------------- the storage is the truth
+
+
+@pytest.mark.slow
+def test_trial_folders_left_behind_by_a_failed_write_are_repaired_from_the_storage(
+    project: Path,
+) -> None:
+    # One trial completes, one fails (its trainer crashes, no retry); then their folders
+    # are put back as a full disk during the final bookkeeping leaves them: trial.json and
+    # status.json say running, heartbeats, checkpoints and a temporary file remain.
+    args = [
+        "run", "conf=faulty", "--config-dir", ".", "scientific.width.path=crash_at",
+        "scientific.width.values=[0,3]", "budget.trials_per_point=1", "retries=0",
+    ]  # fmt: skip
+    assert sweep(*args, cwd=project).returncode == 0
+    run_dir = project / "runs" / "faulty"
+    folders = {p.parent.parent.name: p.parent for p in run_dir.glob("trials/*/0/trial.json")}
+    assert json.loads((folders["width=3"] / rundir.TRIAL_JSON).read_text())["state"] == "failed"
+    for folder in folders.values():
+        record = json.loads((folder / rundir.TRIAL_JSON).read_text())
+        record.update(state="running", objective=None, ended=None)
+        record.pop("error", None)
+        (folder / rundir.TRIAL_JSON).write_text(json.dumps(record))
+        (folder / rundir.STATUS_JSON).write_text(json.dumps({"state": "running", "steps_done": 3}))
+        for name in (rundir.JOB_HEARTBEAT, rundir.ORCH_HEARTBEAT, ".trial.json.1.2.tmp"):
+            (folder / name).write_text("{}")
+        (folder / rundir.CHECKPOINTS_DIR).mkdir()
+    status = json.loads(sweep("status", str(run_dir), "--json", cwd=project).stdout)
+    assert sum(p["running"] for p in status["points"]) == 2  # what the folders say
+
+    res = sweep(*args, cwd=project)  # the same command: nothing to run, folders repaired
+    assert res.returncode == 0, res.stderr
+    status = json.loads(sweep("status", str(run_dir), "--json", cwd=project).stdout)
+    states = {p["point"]: (p["complete"], p["failed"], p["running"]) for p in status["points"]}
+    assert states == {"width=0": (1, 0, 0), "width=3": (0, 1, 0)}, status
+    assert status["finished"] is True, status
+    for label, folder in folders.items():
+        record = json.loads((folder / rundir.TRIAL_JSON).read_text())
+        assert record["state"] == ("failed" if label == "width=3" else "complete"), record
+        assert (record["objective"] is None) == (label == "width=3") and record["ended"]
+        assert json.loads((folder / rundir.STATUS_JSON).read_text())["state"] == record["state"]
+        assert sorted(p.name for p in folder.iterdir() if p.name.startswith((".", "heart"))) == []
+        assert not (folder / rundir.CHECKPOINTS_DIR).exists()
+
+
+# ---------------------------------------------------------------- start-up together
+
+
+@pytest.mark.slow
+def test_two_orchestrators_started_together_on_a_fresh_run_dir_never_fail(
+    project: Path,
+) -> None:
+    base = [*ONE_TRIAL[:-1], "trainer.config.steps=2"]
+    for rep in range(10):
+        run = [*base, f"run_dir=runs/together{rep}"]
+        procs = [start_sweep(*run, cwd=project) for _ in range(2)]
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, (rep, err)
+        assert_exact_budget(project / "runs" / f"together{rep}", "faulty", per_point=1, points=1)
+
+
+# ------------------------------------------------------------------ a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real 512 KiB file system (tmpfs, mounted as root, as CI runs), unmounted after."""
+    from servers import skip_or_fail
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        skip_or_fail(f"cannot mount a small tmpfs here: {res.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_names_the_file_loses_nothing_and_the_study_goes_on_after(
+    project: Path, small_disk: Path
+) -> None:
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:  # fill the disk to its last byte
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    run = [*ONE_TRIAL[:-1], f"run_dir={small_disk / 'run'}"]
+    res = sweep(*run, cwd=project)
+    assert res.returncode == 1, res.stderr
+    message = res.stderr.strip()
+    assert "Traceback" not in message and "\n" not in message, message
+    assert f"disk full writing {small_disk / 'run'}/" in message, message
+    assert "nothing saved was lost" in message
+    filler.unlink()  # space again: the same command runs the study
+    res = sweep(*run, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert_exact_budget(small_disk / "run", "faulty", per_point=1, points=1)
+
+
+# --------------------------------------------------------------------- large grids
+
+
+def test_a_long_check_of_a_large_grid_says_how_far_it_has_come(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stepscale.sweeps import plan
+    from stepscale.sweeps.cli import main
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(plan._Progress, "AFTER_S", 0.0)  # as if every check were slow
+    monkeypatch.setattr(plan._Progress, "EVERY_S", 0.0)
+    values = ",".join(str(v) for v in range(1, 41))
+    code = main(
+        [
+            "run",
+            "conf=faulty",
+            "--config-dir",
+            ".",
+            "--dry-run",
+            f"scientific.width.values=[{values}]",
+        ]
+    )
+    assert code == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "checking every point" in ln]
+    assert len(lines) == 41 and "40 of 40 points" in lines[-1], lines
