@@ -34,13 +34,18 @@ def exit_code(command: Callable[[], int]) -> int:
         )
         print(f"sweep: {what}; state saved — run the same command to resume", file=sys.stderr)
         return 128 + signum
-    except OSError as exc:
+    except OSError as exc:  # the environment: a full or read-only disk, a permission
+        where = f" ({exc.filename})" if exc.filename else ""
         if exc.errno == errno.ENOSPC:
             where = f" writing {exc.filename}" if exc.filename else ""
-            print(
-                f"sweep: error: disk full{where}; nothing saved was lost — free some space "
-                "and run the same command to go on",
-                file=sys.stderr,
-            )
-            return 1
-        raise
+            what = "disk full"
+        elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            what = f"cannot write there: {exc.strerror}"
+        else:
+            what = exc.strerror or type(exc).__name__
+        print(
+            f"sweep: error: {what}{where}; nothing saved was lost — fix that and run the same "
+            "command to go on",
+            file=sys.stderr,
+        )
+        return 1

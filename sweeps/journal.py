@@ -16,17 +16,19 @@ one warning line says so.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
-from optuna.storages.journal._file import get_lock_file
+from optuna.storages.journal._file import BaseJournalFileLock
 
 _CHUNK = 1 << 16
 _RECORD_START = b'{"op_code"'  # how Optuna writes every record (json.dumps of a dict)
@@ -41,7 +43,7 @@ class TornSafeJournalBackend(JournalFileBackend):
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         """Append records as Optuna does, after cutting off a torn last record."""
-        with get_lock_file(self._lock):
+        with journal_lock(self._lock):
             cut_torn_tail(self.path)
             text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
             try:
@@ -56,16 +58,33 @@ class TornSafeJournalBackend(JournalFileBackend):
     def mend(self) -> None:
         """Under the journal's lock, cut a torn last record off and mend records that an
         older version glued onto a torn one (see the module docstring)."""
-        with get_lock_file(self._lock):
+        with journal_lock(self._lock):
             cut_torn_tail(self.path)
             mend_glued_records(self.path)
+
+
+@contextlib.contextmanager
+def journal_lock(lock: BaseJournalFileLock) -> Iterator[None]:
+    """Hold Optuna's lock of a journal file. A lock that cannot be made (a read-only or
+    unwritable run dir) raises that OSError itself, not the RuntimeError Optuna's lock
+    raises while cleaning up after it."""
+    try:
+        lock.acquire()
+    except RuntimeError as exc:
+        if isinstance(exc.__context__, OSError):
+            raise exc.__context__ from None
+        raise
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def open_journal(path: Path) -> JournalStorage:
     """The journal storage in ``path`` (created if missing), repaired if a write was torn."""
     backend = TornSafeJournalBackend(str(path))
     if _ends_torn(path):  # else nothing to take the lock for (the usual case)
-        with get_lock_file(backend._lock):
+        with journal_lock(backend._lock):
             cut_torn_tail(path)  # a live writer mid-line held the lock: then nothing is cut
     try:
         return JournalStorage(backend)

@@ -445,3 +445,38 @@ def test_a_long_check_of_a_large_grid_says_how_far_it_has_come(
     assert code == 0
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "checking every point" in ln]
     assert len(lines) == 41 and "40 of 40 points" in lines[-1], lines
+
+
+def _immutable(run_dir: Path, on: bool) -> None:
+    """chattr ±i on every folder of ``run_dir``: no file can be made, renamed or removed
+    there, even by root (as CI runs) — a run dir that became unwritable."""
+    folders = [str(run_dir), *(str(Path(d) / n) for d, ns, _ in os.walk(run_dir) for n in ns)]
+    res = subprocess.run(["chattr", "+i" if on else "-i", *folders], capture_output=True, text=True)
+    if res.returncode != 0:
+        from servers import skip_or_fail
+
+        skip_or_fail(f"chattr does not work here: {res.stderr.strip()}")
+
+
+@pytest.mark.slow
+def test_a_run_dir_made_unwritable_mid_study_ends_with_a_message_and_resumes(
+    project: Path,
+) -> None:
+    run_dir = project / "runs" / "faulty"
+    run = [*ONE_TRIAL, "budget.trials_per_point=2", "retries=0"]
+    proc = start_sweep(*run, cwd=project)
+    try:
+        wait_while_running(proc, lambda: _reported(run_dir / "trials" / "width=1" / "0", 3))
+        _immutable(run_dir, True)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        _immutable(run_dir, False)
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 1, err
+    message = err.strip().splitlines()[-1]
+    assert message.startswith("sweep: error: cannot write there: Operation not permitted ("), err
+    assert "Traceback" not in err, err
+    res = sweep(*run, cwd=project)  # writable again: the same command finishes the study
+    assert res.returncode == 0, res.stderr
+    assert_exact_budget(run_dir, "faulty", per_point=2, points=1)
