@@ -88,6 +88,8 @@ def storage_trials(run_dir: Path, spec: str) -> dict[str, list[Any]]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    if not (run_dir / ("study.db" if spec == "sqlite" else "study.journal")).exists():
+        return {}  # killed before the study had a storage
     if spec == "sqlite":
         storage: Any = optuna.storages.RDBStorage(f"sqlite:///{run_dir / 'study.db'}")
     else:
