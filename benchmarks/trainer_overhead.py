@@ -242,7 +242,7 @@ def main() -> None:
     parser.add_argument("--steps-tiny", type=int, default=400)
     parser.add_argument("--steps-small", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps-fsdp", type=int, default=100)
+    parser.add_argument("--steps-fsdp", type=int, default=50)
     parser.add_argument("--only-fsdp", action="store_true", help="measure only the fsdp line")
     args = parser.parse_args()
     result: dict[str, Any] = {"devices": str(jax.devices()[0].platform)}

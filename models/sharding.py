@@ -11,10 +11,12 @@
 
 Under ``fsdp`` the step gathers the parameters where the loss uses them (XLA inserts one
 all-gather per tensor) and hands their gradients back in the parameters' layout (the
-custom VJP of `gather` constrains the cotangent, so XLA reduce-scatters instead of
-all-reducing); gradient accumulators, clipping, the optimizer update and the EMA then run
-on the shards. Every number is the one the replicated program computes, up to the order of
-floating-point sums.
+custom VJP of `gather` constrains the cotangent, so XLA reduce-scatters the per-device
+partial gradients rather than keeping whole ones; XLA's CPU backend emits that as an
+all-reduce and a slice); gradient accumulators, clipping, the optimizer update and the EMA
+then run on the shards. Every number is the one the replicated program computes, up to the
+order of floating-point sums. When the gathered copies are freed is XLA's choice: the
+persistent state is what is guaranteed to be sharded.
 """
 
 from __future__ import annotations

@@ -233,6 +233,21 @@ def test_resume_on_another_device_count_or_sharding_works_and_says_so(
     assert on_disk["resharded_from"]["devices"] == 8
 
 
+@pytest.mark.slow
+def test_divergence_is_seen_at_the_same_step(runs: dict[str, Any]) -> None:
+    from stepscale.models.train import train
+
+    statuses = []
+    for mode in ("replicated", "fsdp"):  # runtime values only: the programs of `runs`
+        cfg = fsdp_config(4, mode, optimizer__lr=1e4, schedule__warmup_steps=0)
+        reporter = JsonlReporter(runs["d4"] / f"diverged-{mode}")
+        statuses.append(train(cfg, reporter))
+    replicated, fsdp = statuses
+    assert replicated["state"] == fsdp["state"] == "diverged"
+    assert fsdp["diverged_step"] == replicated["diverged_step"] < STEPS
+    assert fsdp["reason"] == replicated["reason"]
+
+
 def test_the_layout_rule() -> None:
     n = 4
     assert MIN_SHARD_ELEMENTS == 1024
