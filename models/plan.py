@@ -111,6 +111,7 @@ def _check_train(cfg: TrainerConfig) -> int:
     for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
         if not 0 <= seed < 2**32:
             raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
+    _choice("train.sharding", t.sharding, SHARDINGS)
     _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     procs = jax.process_count()
@@ -225,12 +226,10 @@ def _check_eval_positions(cfg: TrainerConfig, info: DataInfo) -> None:
         )
 
 
-def _check_sharding(cfg: TrainerConfig, info: DataInfo, devices: int) -> None:
-    """``train.sharding`` must be known; ``fsdp`` with nothing to shard only warns (the run
-    is then laid out as ``replicated``)."""
-    mode = cfg.train.sharding
-    _choice("train.sharding", mode, SHARDINGS)
-    if mode != "fsdp":
+def _warn_if_nothing_shards(cfg: TrainerConfig, info: DataInfo, devices: int) -> None:
+    """``train.sharding=fsdp`` with nothing to shard is allowed but only warns (every tensor
+    then stays whole, as with ``replicated``)."""
+    if cfg.train.sharding != "fsdp":
         return
     abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, info, nnx.Rngs(0)))
     shapes = [x.shape for x in jax.tree.leaves(nnx.state(abstract, nnx.Param))]
@@ -276,7 +275,7 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
     info = source.info
     nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
     _check_eval_positions(cfg, info)
-    _check_sharding(cfg, info, devices)
+    _warn_if_nothing_shards(cfg, info, devices)
     batch = plan_batch(
         cfg.data.global_batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
     )
