@@ -57,6 +57,13 @@ def _counts(values: np.ndarray) -> dict[str, int]:
     return {str(u): int(k) for u, k in zip(uniq, n, strict=True)}
 
 
+def _strings(ds: xr.Dataset, name: str) -> np.ndarray:
+    """The text values of a per-trial variable (none when it is absent; gaps left out)."""
+    if name not in ds:
+        return np.array([], dtype=str)
+    return np.array([v for v in ds[name].values.tolist() if isinstance(v, str)], dtype=str)
+
+
 def _seeds(ds: xr.Dataset, kind: str) -> list[Any]:
     seeds = ds["seed"].values[ds["kind"].values == kind]
     if seeds.dtype.kind == "f":
@@ -102,6 +109,11 @@ def provenance(run_dir: Path, ds: xr.Dataset, extra: Mapping[str, Any]) -> dict[
         "config": cfg,
         "space": space,
         "study_json": study,
+        # the built-in trainer's layout over devices: configured, and as each trial ran it
+        "sharding": {
+            "config": _dig(cfg, "train.sharding"),
+            "by_trial": _counts(_strings(ds, "sharding")),
+        },
         "seeds": {
             "sampler": _dig(cfg, "sampler.seed"),
             "train": _dig(cfg, "train.seed"),

@@ -10,10 +10,16 @@ whole runs including initialisation and evaluations, best of a few interleaved r
 Then compile time: a fresh process runs a short training with an empty persistent
 compilation cache (cold), then again with the cache filled (warm).
 
-Ends with one JSON line: steps/s of both loops, their ratio (target ≥ 0.90 on CPU), and
-the cold / warm time to a finished short run.
+Then ``train.sharding``: in a fresh process with 4 forced CPU devices, `models.train` runs
+the `small` preset data-parallel over the 4 devices with the state replicated and with it
+fsdp-sharded (interleaved, best of a few), and reports steps/s and the bytes of parameters
++ optimizer state that one device holds (from the arrays' shardings, ``status.json``'s
+``state_bytes_per_device``).
 
-    python benchmarks/trainer_overhead.py [--steps-tiny 400] [--steps-small 200]
+Ends with one JSON line: steps/s of both loops, their ratio (target ≥ 0.90 on CPU), the
+cold / warm time to a finished short run, and the ``fsdp`` line.
+
+    python benchmarks/trainer_overhead.py [--steps-tiny 400] [--steps-small 200] [--only-fsdp]
 """
 
 from __future__ import annotations
@@ -179,15 +185,69 @@ def compile_times() -> dict[str, float]:
     return out
 
 
+_FSDP_SCRIPT = """
+import json, sys, time
+from benchmarks.trainer_overhead import demo_config
+from stepscale.reporters import NullReporter
+from stepscale.models.train import train
+steps, repeats = int(sys.argv[1]), int(sys.argv[2])
+best, status = {}, {}
+for i in range(repeats + 1):  # the first round compiles
+    for mode in ("replicated", "fsdp"):
+        cfg = demo_config("small", steps)
+        cfg.train.devices, cfg.train.sharding, cfg.train.checkpoint_every = 4, mode, 0
+        start = time.perf_counter()
+        status[mode] = train(cfg, NullReporter())
+        if i:
+            best[mode] = min(best.get(mode, float("inf")), time.perf_counter() - start)
+print(json.dumps({m: [steps / best[m], status[m]["state_bytes_per_device"]] for m in best}))
+"""
+
+
+def fsdp_line(steps: int, repeats: int) -> dict[str, Any]:
+    """Replicated vs fsdp state on 4 forced CPU devices (a fresh process, since the device
+    count is fixed when JAX starts): steps/s and bytes of the state per device."""
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        "JAX_PLATFORMS": "cpu",
+    }
+    res = subprocess.run(
+        [sys.executable, "-c", _FSDP_SCRIPT, str(steps), str(repeats)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(res.stdout.splitlines()[-1])
+    (rep_sps, rep_bytes), (fsdp_sps, fsdp_bytes) = got["replicated"], got["fsdp"]
+    return {
+        "devices": 4,
+        "preset": "small",
+        "steps": steps,
+        "replicated_steps_per_s": round(rep_sps, 2),
+        "fsdp_steps_per_s": round(fsdp_sps, 2),
+        "steps_per_s_ratio": round(fsdp_sps / rep_sps, 3),
+        "replicated_state_bytes_per_device": rep_bytes,
+        "fsdp_state_bytes_per_device": fsdp_bytes,
+        "bytes_ratio": round(fsdp_bytes / rep_bytes, 3),
+    }
+
+
 def main() -> None:
     """Run both loops on both presets and print the results, the last line as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps-tiny", type=int, default=400)
     parser.add_argument("--steps-small", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps-fsdp", type=int, default=50)
+    parser.add_argument("--only-fsdp", action="store_true", help="measure only the fsdp line")
     args = parser.parse_args()
     result: dict[str, Any] = {"devices": str(jax.devices()[0].platform)}
-    for size, steps in (("tiny", args.steps_tiny), ("small", args.steps_small)):
+    sizes = () if args.only_fsdp else (("tiny", args.steps_tiny), ("small", args.steps_small))
+    for size, steps in sizes:
         cfg = demo_config(size, steps)
         trainer_s, baseline_s = time_both(cfg, args.repeats)
         row = {
@@ -199,7 +259,10 @@ def main() -> None:
         }
         print(f"{size}: {row}", file=sys.stderr)
         result[size] = row
-    result |= compile_times()
+    if not args.only_fsdp:
+        result |= compile_times()
+    result["fsdp"] = fsdp_line(args.steps_fsdp, args.repeats)
+    print(f"fsdp: {result['fsdp']}", file=sys.stderr)
     print(json.dumps(result, sort_keys=True))
 
 

@@ -4,7 +4,9 @@ In a multi-process run the trainer gathers the state and only process 0 calls `s
 every process calls `restore` with its own (global) template.
 
 A checkpoint is a folder ``checkpoints/step_<N>/`` with ``arrays.npz`` (every array leaf
-of the state, by its tree path) and ``host.json`` (the loop's host-side state). It is
+of the state, whole, by its tree path) and ``host.json`` (the loop's host-side state and the
+layout that wrote it: devices, processes, ``train.sharding``). Arrays are stored whole
+whatever their sharding, so a run resumes on any device count or sharding. It is
 written under a temporary name and renamed into place, so a crash mid-write leaves
 either the previous checkpoints or the new one, never a torn one.
 """
@@ -27,8 +29,16 @@ def _leaf_name(path: tuple[Any, ...]) -> str:
     return jax.tree_util.keystr(path)
 
 
-def save(directory: Path, step: int, state: Any, host: dict[str, Any], keep: int) -> Path:
-    """Write the checkpoint of ``step`` and delete all but the newest ``keep``."""
+def save(
+    directory: Path,
+    step: int,
+    state: Any,
+    host: dict[str, Any],
+    keep: int,
+    layout: dict[str, Any] | None = None,
+) -> Path:
+    """Write the checkpoint of ``step`` and delete all but the newest ``keep``; ``layout``
+    (how the run was spread over devices) is recorded beside the state."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"{_PREFIX}{step:09d}"
     tmp = directory / f".tmp-{_PREFIX}{step:09d}-{os.getpid()}"
@@ -52,7 +62,8 @@ def save(directory: Path, step: int, state: Any, host: dict[str, Any], keep: int
         f.flush()
         os.fsync(f.fileno())
     with open(tmp / "host.json", "w") as f:
-        json.dump({"step": step, "host": host, "dtypes": dtypes}, f, allow_nan=True)
+        meta = {"step": step, "host": host, "dtypes": dtypes, "layout": layout}
+        json.dump(meta, f, allow_nan=True)
         f.flush()
         os.fsync(f.fileno())
     if final.exists():
@@ -98,6 +109,12 @@ def restore(directory: Path, step: int, template: Any) -> tuple[Any, dict[str, A
                 arr = arr.view(jax.numpy.dtype(dtypes[key]))
             restored.append(_place(arr, getattr(like, "sharding", None)))
     return jax.tree_util.tree_unflatten(treedef, restored), meta["host"]
+
+
+def layout(directory: Path, step: int) -> dict[str, Any] | None:
+    """The layout recorded with checkpoint ``step`` (None for checkpoints that lack one)."""
+    meta = json.loads((directory / f"{_PREFIX}{step:09d}" / "host.json").read_text())
+    return meta.get("layout")
 
 
 def _place(arr: np.ndarray, sharding: Any) -> Any:

@@ -116,6 +116,9 @@ class TrainConfig:
     # Devices in use; None = all. In a multi-process run: global devices (all processes),
     # split evenly between the processes.
     devices: int | None = None
+    # How the state is laid out over the devices (models/sharding.py): replicated = every
+    # device holds all of it; fsdp = parameters and optimizer state split over the data axis.
+    sharding: str = "replicated"  # replicated | fsdp
     compile_cache_dir: str = "~/.cache/stepscale/jax"  # "" disables the persistent cache
     resume: bool = True  # continue from the latest checkpoint in the run dir
     # Multi-process runs (jax.distributed; models/distributed.py): auto = join when this

@@ -14,3 +14,8 @@ class ConfigError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class ConfigWarning(UserWarning):
+    """A configuration value that works but probably does not do what was meant (e.g.
+    ``train.sharding=fsdp`` for a model too small to shard). The run goes ahead."""

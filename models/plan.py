@@ -11,10 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import jax
+from flax import nnx
 
 from stepscale.models import nets
 from stepscale.models.batching import BatchPlan, plan_batch
@@ -22,9 +24,10 @@ from stepscale.models.config import TrainerConfig
 from stepscale.models.data import DataInfo, DataSource, build_source
 from stepscale.models.distributed import maybe_initialize
 from stepscale.models.durations import to_steps
-from stepscale.models.errors import ConfigError
+from stepscale.models.errors import ConfigError, ConfigWarning
 from stepscale.models.optim import OPTIMIZERS
 from stepscale.models.schedules import SCHEDULES
+from stepscale.models.sharding import MIN_SHARD_ELEMENTS, SHARDINGS, sharded_count
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -108,6 +111,7 @@ def _check_train(cfg: TrainerConfig) -> int:
     for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
         if not 0 <= seed < 2**32:
             raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
+    _choice("train.sharding", t.sharding, SHARDINGS)
     _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     procs = jax.process_count()
@@ -222,6 +226,24 @@ def _check_eval_positions(cfg: TrainerConfig, info: DataInfo) -> None:
         )
 
 
+def _warn_if_nothing_shards(cfg: TrainerConfig, info: DataInfo, devices: int) -> None:
+    """``train.sharding=fsdp`` with nothing to shard is allowed but only warns (every tensor
+    then stays whole, as with ``replicated``)."""
+    if cfg.train.sharding != "fsdp":
+        return
+    abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, info, nnx.Rngs(0)))
+    shapes = [x.shape for x in jax.tree.leaves(nnx.state(abstract, nnx.Param))]
+    if sharded_count(shapes, devices) == 0:
+        warnings.warn(
+            f"train.sharding=fsdp shards nothing here: no parameter of this model has at "
+            f"least {MIN_SHARD_ELEMENTS} elements and a dimension divisible by the {devices} "
+            "device(s) in use, so every tensor stays replicated (as with "
+            "train.sharding=replicated)",
+            ConfigWarning,
+            stacklevel=3,
+        )
+
+
 def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
     """Only what shapes or selects the compiled program; runtime values are left out."""
     data = dataclasses.asdict(cfg.data)
@@ -253,6 +275,7 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
     info = source.info
     nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
     _check_eval_positions(cfg, info)
+    _warn_if_nothing_shards(cfg, info, devices)
     batch = plan_batch(
         cfg.data.global_batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
     )
@@ -286,6 +309,7 @@ def describe(plan: RunPlan) -> dict[str, Any]:
         "warmup_steps": plan.warmup,
         "global_batch": b.global_batch,
         "devices": b.devices,
+        "sharding": plan.cfg.train.sharding,
         "per_device_batch": b.per_device,
         "microbatch": b.microbatch,
         "accum_steps": b.accum_steps,

@@ -23,6 +23,7 @@ from jax.sharding import Mesh
 from stepscale.models.batching import BatchPlan, batch_sharding, split_microbatches
 from stepscale.models.optim import set_hyperparams
 from stepscale.models.schedules import lr_at
+from stepscale.models.sharding import constrain, gather
 
 # How often each compiled function was traced (a retrace is a recompile). Tests read it.
 TRACE_COUNTS: dict[str, int] = {"train_chunk": 0, "eval": 0, "init": 0}
@@ -46,6 +47,17 @@ class StepSpec:
     ema: bool
     noise_scale: bool
     eval_positions: int | None
+    # fsdp (models/sharding.py): the layout of the state and of its parameters; None when
+    # replicated (the program then carries no sharding annotations for the state at all).
+    state_sharding: Any = None
+    param_sharding: Any = None
+
+    def gathered(self, params: Any) -> Any:
+        """The parameters as the loss uses them: whole on every device (all-gathered under
+        fsdp, with gradients reduce-scattered back to the shards)."""
+        if self.param_sharding is None:
+            return params
+        return gather(self.param_sharding, self.mesh)(params)
 
 
 def _tree_zeros(tree: Any) -> Any:
@@ -63,7 +75,7 @@ def _gradients(
     microbatch gradients (for the noise scale)."""
 
     def loss_fn(p: Any, mb: dict[str, Any]) -> jax.Array:
-        return nnx.merge(spec.graphdef, p).loss(mb, train=True)
+        return nnx.merge(spec.graphdef, spec.gathered(p)).loss(mb, train=True)
 
     grad_fn = jax.value_and_grad(loss_fn)
     n = spec.plan.n_micro
@@ -77,9 +89,11 @@ def _gradients(
         gsum, lsum, sqsum = carry
         loss, g = grad_fn(params, mb)
         gsum = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), gsum, g)
+        gsum = constrain(gsum, spec.param_sharding)  # the accumulator stays sharded
         return (gsum, lsum + loss, sqsum + _sq_norm(g)), None
 
-    init = (_tree_zeros(params), jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+    zeros = constrain(_tree_zeros(params), spec.param_sharding)
+    init = (zeros, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
     (gsum, lsum, sqsum), _ = jax.lax.scan(accumulate, init, micro)
     grads = jax.tree.map(lambda g, p: (g / n).astype(p.dtype), gsum, params)
     return grads, lsum / n, sqsum / n
@@ -127,6 +141,7 @@ def _train_step(
         new_state["ema"] = jax.tree.map(
             lambda e, p: (decay * e + (1.0 - decay) * p).astype(e.dtype), state["ema"], new_params
         )
+    new_state = constrain(new_state, spec.state_sharding)
     metrics = {
         "loss": loss,
         "lr": lr,
@@ -144,21 +159,34 @@ _EVAL_CACHE: dict[str, Callable[..., Any]] = {}
 _INIT_CACHE: dict[str, Callable[..., Any]] = {}
 
 
+def _initial_state(
+    spec: StepSpec, build: Callable[[jax.Array], nnx.Module], seed_key: jax.Array
+) -> dict[str, Any]:
+    params = nnx.state(build(seed_key), nnx.Param)
+    state = {"params": params, "opt": spec.tx.init(params), "step": jnp.zeros((), jnp.int32)}
+    if spec.ema:
+        state["ema"] = jax.tree.map(jnp.copy, params)
+    return state
+
+
+def abstract_state(spec: StepSpec, build: Callable[[jax.Array], nnx.Module]) -> Any:
+    """The shapes and dtypes of the training state (nothing is computed or allocated)."""
+    seed_key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    return jax.eval_shape(lambda k: _initial_state(spec, build, k), seed_key)
+
+
 def init_fn(
     spec: StepSpec, build: Callable[[jax.Array], nnx.Module], sharding: Any
 ) -> Callable[..., Any]:
     """``f(seed_key) -> state``: builds the model and optimizer state inside one compiled
-    program (eager initialisation would compile every init op separately)."""
+    program (eager initialisation would compile every init op separately), laid out as
+    ``sharding`` (one sharding for all, or one per leaf)."""
     if spec.key in _INIT_CACHE:
         return _INIT_CACHE[spec.key]
 
     def run(seed_key: jax.Array) -> dict[str, Any]:
         TRACE_COUNTS["init"] += 1
-        params = nnx.state(build(seed_key), nnx.Param)
-        state = {"params": params, "opt": spec.tx.init(params), "step": jnp.zeros((), jnp.int32)}
-        if spec.ema:
-            state["ema"] = jax.tree.map(jnp.copy, params)
-        return state
+        return _initial_state(spec, build, seed_key)
 
     fn = jax.jit(run, out_shardings=sharding)
     _INIT_CACHE[spec.key] = fn
@@ -181,7 +209,11 @@ def chunk_fn(spec: StepSpec, length: int, host_data: bool) -> Callable[..., Any]
 
         return jax.lax.scan(body, state, batches, length=length)
 
-    fn = jax.jit(run, donate_argnums=(0,))
+    if spec.state_sharding is None:
+        fn = jax.jit(run, donate_argnums=(0,))
+    else:  # the state keeps its layout from call to call (and its buffers are reused)
+        replicated = jax.sharding.NamedSharding(spec.mesh, jax.sharding.PartitionSpec())
+        fn = jax.jit(run, donate_argnums=(0,), out_shardings=(spec.state_sharding, replicated))
     _CHUNK_CACHE[cache_key] = fn
     return fn
 
@@ -193,7 +225,7 @@ def eval_fn(spec: StepSpec) -> Callable[[Any, Any], jax.Array]:
 
     def run(params: Any, batches: Any) -> jax.Array:
         TRACE_COUNTS["eval"] += 1
-        model = nnx.merge(spec.graphdef, params)
+        model = nnx.merge(spec.graphdef, spec.gathered(params))
         losses = jax.lax.map(
             lambda b: model.loss(b, train=False, positions=spec.eval_positions), batches
         )

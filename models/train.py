@@ -12,6 +12,8 @@ loop on global arrays; only process 0 reports and writes checkpoints, and every 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 import os
 import signal
@@ -32,11 +34,21 @@ from stepscale.models.config import TrainerConfig
 from stepscale.models.errors import ConfigError
 from stepscale.models.optim import make_optimizer
 from stepscale.models.plan import RunPlan, describe, prepare
-from stepscale.models.step import DATA_STREAM, StepSpec, chunk_fn, eval_fn, init_fn
+from stepscale.models.sharding import bytes_per_device, tree_shardings
+from stepscale.models.step import (
+    DATA_STREAM,
+    StepSpec,
+    abstract_state,
+    chunk_fn,
+    eval_fn,
+    init_fn,
+)
 from stepscale.reporters import Action, NullReporter, Reporter
 from stepscale.rundir import interpolated_crossing
 
 Progress = Callable[[int, int, dict[str, Any]], None]
+
+log = logging.getLogger(__name__)
 
 
 def configure_compile_cache(directory: str) -> None:
@@ -128,6 +140,13 @@ class Trainer:
         self.repl = replicated(self.mesh)
         self.host_data = not plan.source.device_side
         self.noise = t.noise_scale or plan.batch.noise_scale_free
+        self.layout = {
+            "devices": plan.batch.devices,
+            "processes": self.procs,
+            "sharding": t.sharding,
+        }
+        self.resharded_from: dict[str, Any] | None = None  # the layout a resume read
+        self.state_bytes: int | None = None  # of the final state, on one device
         self.spec = self._spec()
         # Host values every process holds in full become global arrays (distributed.put).
         self.hp = distributed.put(
@@ -145,8 +164,10 @@ class Trainer:
         abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, plan.info, nnx.Rngs(0)))
         graphdef, _ = nnx.split(abstract)
         procs = f"|processes={self.procs}" if self.procs > 1 else ""
-        return StepSpec(
-            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}{procs}",
+        mode = cfg.train.sharding
+        layout = f"|sharding={mode}" if mode != "replicated" else ""
+        spec = StepSpec(
+            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}{procs}{layout}",
             graphdef=graphdef,
             tx=make_optimizer(cfg.optimizer),
             optimizer=cfg.optimizer.name,
@@ -158,6 +179,15 @@ class Trainer:
             noise_scale=self.noise,
             eval_positions=cfg.train.eval_positions,
         )
+        if mode == "replicated":
+            return spec
+        shardings = tree_shardings(abstract_state(spec, self._build), self.mesh, mode)
+        return dataclasses.replace(
+            spec, state_sharding=shardings, param_sharding=shardings["params"]
+        )
+
+    def _build(self, seed_key: jax.Array) -> nnx.Module:
+        return nets.build_model(self.cfg.model, self.plan.info, nnx.Rngs(params=seed_key))
 
     def _eval_batches(self) -> Any:
         eval_set = self.plan.source.eval_set()
@@ -172,13 +202,9 @@ class Trainer:
         return distributed.put(batches, sharding)
 
     def _init_state(self) -> dict[str, Any]:
-        cfg, plan = self.cfg, self.plan
-
-        def build(seed_key: jax.Array) -> nnx.Module:
-            return nets.build_model(cfg.model, plan.info, nnx.Rngs(params=seed_key))
-
-        seed_key = distributed.put(jax.random.PRNGKey(cfg.train.seed), self.repl)
-        return init_fn(self.spec, build, self.repl)(seed_key)
+        seed_key = distributed.put(jax.random.PRNGKey(self.cfg.train.seed), self.repl)
+        layout = self.spec.state_sharding or self.repl
+        return init_fn(self.spec, self._build, layout)(seed_key)
 
     # ------------------------------------------------------------- the loop
     def _evaluate(self, state: dict[str, Any]) -> float:
@@ -230,7 +256,12 @@ class Trainer:
         host = distributed.to_host(state)
         if distributed.is_leader():
             checkpoint.save(
-                self.ckpt_dir, loop.step, host, loop.to_json(), self.cfg.train.keep_checkpoints
+                self.ckpt_dir,
+                loop.step,
+                host,
+                loop.to_json(),
+                self.cfg.train.keep_checkpoints,
+                layout=self.layout,
             )
         distributed.barrier(f"checkpoint {loop.step}")  # written before anyone goes on
 
@@ -243,6 +274,19 @@ class Trainer:
         if latest < 0:
             return state, LoopState()
         state, host = checkpoint.restore(self.ckpt_dir, latest, state)
+        written = checkpoint.layout(self.ckpt_dir, latest)
+        if written is not None and written != self.layout:
+            # The checkpoint holds whole arrays: any device count and sharding can read it.
+            self.resharded_from = written
+            if distributed.is_leader():
+                log.warning(
+                    "resuming at step %d from a checkpoint written on %s; this run uses %s: "
+                    "the state is laid out anew (the numbers continue, up to the order of "
+                    "floating-point sums)",
+                    latest,
+                    _layout_text(written),
+                    _layout_text(self.layout),
+                )
         return state, LoopState(**host)
 
     def _report(self, step: int, rec: dict[str, Any]) -> Action:
@@ -347,6 +391,7 @@ class Trainer:
                 state, ending = self._advance(loop, state, clock0)
         now = distributed.broadcast_seconds(time.perf_counter() - clock0)
         loop.wall_s = now
+        self.state_bytes = bytes_per_device(state)
         status = self._status(loop, ending, now)
         loop.final = status
         self._save(state, loop, now)
@@ -427,7 +472,16 @@ class Trainer:
             "flops_done": loop.step * p.flops_per_step,
             "wall_s": round(now, 4),
             **{k: v for k, v in describe(p).items() if k != "horizon_steps"},
+            "state_bytes_per_device": self.state_bytes,
+            "resharded_from": self.resharded_from,
         }
+
+
+def _layout_text(layout: dict[str, Any]) -> str:
+    """``4 devices (sharding fsdp)``, naming the processes when there are several."""
+    procs = layout.get("processes", 1)
+    where = f"{layout.get('devices')} devices" + (f" in {procs} processes" if procs > 1 else "")
+    return f"{where} (sharding {layout.get('sharding', 'replicated')})"
 
 
 def train(

@@ -172,6 +172,7 @@ STATUS_KEYS = (
     "warmup_steps",
     "global_batch",
     "devices",
+    "sharding",  # replicated | fsdp (how the state is laid out over the devices)
     "per_device_batch",
     "microbatch",
     "accum_steps",
@@ -179,6 +180,8 @@ STATUS_KEYS = (
     "examples_per_step",
     "flops_per_step",
     "loss_floor",
+    "state_bytes_per_device",  # parameters + optimizer state (+ EMA) on one device
+    "resharded_from",  # the layout of the checkpoint a resume read, when it was another
 )
 # Status fields the analysis always has as coordinates (NaN where a trial lacks them).
 STATUS_COORDS = (

@@ -41,6 +41,7 @@ _LAYOUT_KEYS = (
     ("train", "resume"),
     ("train", "compile_cache_dir"),
     ("train", "devices"),
+    ("train", "sharding"),
     ("train", "distributed"),
     ("train", "coordinator_address"),
     ("train", "num_processes"),

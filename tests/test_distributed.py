@@ -3,7 +3,8 @@
 Two Python processes with one CPU device each join through the environment
 (STEPSCALE_COORDINATOR_ADDRESS / STEPSCALE_NUM_PROCESSES / STEPSCALE_PROCESS_ID) and run
 `models.train.train` into one run dir; process 0's metrics must match a one-process run
-on two devices. This file is also the worker those processes run
+on two devices (one run with its state sharded over the processes, ``train.sharding=fsdp``,
+killed and resumed from its checkpoint). This file is also the worker those processes run
 (``python tests/test_distributed.py SPEC.json``; under SLURM ``srun -n 2 python
 tests/test_distributed.py SPEC.json`` joins through the job step instead).
 """
@@ -131,7 +132,12 @@ def test_two_processes_train_like_one_process_with_two_devices(tmp_path: Path) -
     text = _text_file(tmp_path / "corpus.txt")
     text_overrides = _base(data__name="text", data__path=str(text), data__eval_examples=16)
     jobs = [
-        {"run_dir": str(markov_dir), "overrides": _base(), "crash_at": CRASH_AT},
+        # with the state sharded over the two processes' devices (train.sharding=fsdp)
+        {
+            "run_dir": str(markov_dir),
+            "overrides": _base(train__sharding="fsdp"),
+            "crash_at": CRASH_AT,
+        },
         {"run_dir": str(text_dir), "overrides": text_overrides, "crash_at": None},
         # process 0's reporter alone says "prune" (like an Optuna pruner): all must stop
         {"run_dir": str(tmp_path / "pruned"), "overrides": _base(), "prune_at": 8},
@@ -150,6 +156,7 @@ def test_two_processes_train_like_one_process_with_two_devices(tmp_path: Path) -
         assert statuses[0] == statuses[1]  # every process ends the same way
         assert statuses[0]["state"] == "complete" and statuses[0]["steps_done"] == 32
         assert statuses[0]["devices"] == 2
+        assert statuses[0]["sharding"] == ("fsdp" if name == "markov" else "replicated")
         # only process 0 reported: one metrics file, written by one reporter
         assert [results[pid][job]["reporter_began"] for pid in range(2)] == [True, False]
         on_disk = json.loads((run_dir / "status.json").read_text())
