@@ -35,6 +35,7 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     study = read_json(run_dir / STUDY_JSON, lenient=True)
     if study is None:
         raise UsageError(f"{run_dir}: not a study run dir (no readable study.json)")
+    _check_study_file(run_dir / STUDY_JSON, study)
     budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
     points = []
     for p in study["points"]:
@@ -71,6 +72,40 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         "started": run.get("started"),
         "ended": run.get("ended"),
     }
+
+
+def _check_study_file(path: Path, study: Any) -> None:
+    """Refuse (`UsageError`) a study.json without what the table needs."""
+
+    def bad(what: str) -> UsageError:
+        return UsageError(
+            f"{path} is not a study file this version of sweep can read ({what}); it is "
+            "written by `sweep run`: run the study's command again to rewrite it"
+        )
+
+    if not isinstance(study, dict):
+        raise bad(f"it holds a {type(study).__name__}, not a mapping")
+    missing = [k for k in ("name", "budget", "points", "objective") if k not in study]
+    if missing:
+        raise bad(f"missing key(s): {', '.join(missing)}")
+    budget = study["budget"]
+    if not isinstance(budget, dict) or not _count(budget.get("trials_per_point")):
+        raise bad("budget.trials_per_point is not a count")
+    if not _count(budget.get("confirm_seeds", 0)):
+        raise bad("budget.confirm_seeds is not a count")
+    points = study["points"]
+    if not isinstance(points, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("label"), str) for p in points
+    ):
+        raise bad("points is not a list of {label: …}")
+    if not isinstance(study["objective"], dict) or "kind" not in study["objective"]:
+        raise bad("objective.kind is missing")
+    if any("/" in p["label"] or p["label"] in (".", "..") for p in points):
+        raise bad("a point label is a path")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def print_status(run_dir: str, as_json: bool) -> int:
