@@ -8,6 +8,7 @@ cannot be written runs as its own process, under a file-size limit.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -331,3 +332,22 @@ def test_a_report_that_cannot_be_written_leaves_nothing_partial(
     )
     assert_refused(res.returncode, res.stdout, res.stderr, Case((), "nothing was written"))
     assert snapshot(run_dir) == before
+
+
+def test_status_shows_what_it_can_of_damaged_trial_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Records inside a study (trial.json, status.json, run.json, the detached job's) may be
+    damaged by a crash: the table counts such a trial as running instead of failing."""
+    run_dir = synthetic_run_dir(
+        tmp_path / "study", Spec(batches=(16, 64), lr_multipliers=(0.5, 1.0), horizon=400)
+    )
+    trial = run_dir / "trials" / "batch_size=16" / "0"
+    _write(trial / "trial.json", "[1, 2]\n")
+    _write(trial / "status.json", '{"steps_done": "many"}\n')
+    _write(run_dir / "run.json", '"not a record"\n')
+    _write(run_dir / "orchestrator" / "job.json", "[]\n")
+    assert main(["status", str(run_dir), "--json"]) == 0
+    rows = {r["point"]: r for r in json.loads(capsys.readouterr().out)["points"]}
+    assert rows["batch_size=16"]["running"] == 1 and rows["batch_size=16"]["complete"] == 1
+    assert rows["batch_size=64"]["complete"] == 2
