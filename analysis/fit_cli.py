@@ -35,6 +35,9 @@ __all__ = [
 
 # `fit steps --batch-unit` when not given: the neutral word, right for any table.
 DEFAULT_BATCH_UNIT = "examples"
+# Percentile intervals are stable to a few digits at a few thousand replicates; beyond this
+# the replicates only cost memory (the steps fit draws n_boot × rows indices at once).
+MAX_BOOT = 100_000
 
 
 class FitInputError(ValueError):
@@ -153,8 +156,11 @@ def run_fit(args: argparse.Namespace) -> dict[str, Any]:
 def _check_boot(args: argparse.Namespace) -> tuple[int, int]:
     n_boot = getattr(args, "n_boot", 1000)
     seed = getattr(args, "seed", 0)
-    if n_boot < 0:
-        raise FitInputError(f"--n-boot must be >= 0, got {n_boot}")
+    if not 0 <= n_boot <= MAX_BOOT:
+        raise FitInputError(
+            f"--n-boot must lie in [0, {MAX_BOOT}], got {n_boot} (a 95% interval is stable "
+            "at a few thousand replicates)"
+        )
     if seed < 0:
         raise FitInputError(f"--seed must be >= 0, got {seed}")
     return n_boot, seed

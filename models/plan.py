@@ -25,6 +25,7 @@ from stepscale.models.data import DataInfo, DataSource, build_source
 from stepscale.models.distributed import maybe_initialize
 from stepscale.models.durations import to_steps
 from stepscale.models.errors import ConfigError, ConfigWarning
+from stepscale.models.memory import check_fits
 from stepscale.models.optim import OPTIMIZERS
 from stepscale.models.schedules import SCHEDULES
 from stepscale.models.sharding import MIN_SHARD_ELEMENTS, SHARDINGS, sharded_count
@@ -264,16 +265,18 @@ def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
     return json.dumps(static, sort_keys=True, default=str)
 
 
-def prepare(cfg: TrainerConfig) -> RunPlan:
+def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
     """Check every field and derive the plan; raises ConfigError on bad input. Joins the
-    other processes first when the run is multi-process (`models.distributed`)."""
+    other processes first when the run is multi-process (`models.distributed`).
+    ``check_memory``: refuse a run whose lower bound of memory per device exceeds what this
+    machine's devices have (`models.memory`); off when the run will have other devices."""
     maybe_initialize(cfg)
     _check_optimizer(cfg)
     devices = _check_train(cfg)
     _choice("model.name", cfg.model.name, nets.MODELS)
     source = build_source(cfg.data, nqm_dim=cfg.model.dim)
     info = source.info
-    nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
+    model = nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
     _check_eval_positions(cfg, info)
     _warn_if_nothing_shards(cfg, info, devices)
     batch = plan_batch(
@@ -285,6 +288,9 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
     warmup = _warmup(cfg, horizon, examples, tokens)
     decay_steps = max(1, math.ceil(cfg.schedule.decay_frac * horizon))
     _check_target(cfg, info, source)
+    n_params = nets.count_params(cfg.model, info)
+    if check_memory:
+        check_fits(cfg, info, model, batch, n_params)
     return RunPlan(
         cfg=cfg,
         source=source,
@@ -295,7 +301,7 @@ def prepare(cfg: TrainerConfig) -> RunPlan:
         decay_steps=decay_steps,
         tokens_per_step=tokens,
         examples_per_step=examples,
-        n_params=nets.count_params(cfg.model, info),
+        n_params=n_params,
         flops_per_step=nets.flops_per_example(cfg.model, info) * examples,
         static_key=_static_key(cfg, batch, info),
     )

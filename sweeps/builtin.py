@@ -76,22 +76,24 @@ def _schema() -> Any:
     return OmegaConf.structured(TrainerConfig)
 
 
-def plan_run(cfg: TrainerConfig) -> Any:
+def plan_run(cfg: TrainerConfig, *, here: bool = True) -> Any:
     """The built-in trainer's plan of a run (`stepscale.models.plan.RunPlan`); a config it
-    cannot train → `RejectedConfig`."""
+    cannot train → `RejectedConfig`. ``here``: the run will use this machine's devices (so
+    it must fit in their memory)."""
     from stepscale.models.errors import ConfigError
     from stepscale.models.plan import prepare
 
     try:
-        return prepare(cfg)
+        return prepare(cfg, check_memory=here)
     except ConfigError as exc:
         raise RejectedConfig(str(exc)) from None
 
 
-def validate(tree: dict[str, Any]) -> dict[str, Any]:
+def validate(tree: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
     """The trainer interface's ``validate`` of the built-in trainer: the point's sizes
-    (`stepscale.trainer.PLAN_KEYS`), or `RejectedConfig`/another error naming the problem."""
-    plan = plan_run(to_trainer_config(tree))
+    (`stepscale.trainer.PLAN_KEYS`), or `RejectedConfig`/another error naming the problem.
+    ``here``: the trials run on this machine's devices (not SLURM's)."""
+    plan = plan_run(to_trainer_config(tree), here=here)
     return {
         "horizon_steps": plan.horizon,
         "tokens_per_step": plan.tokens_per_step,

@@ -115,6 +115,8 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             result = run_report(args)
         except ReportInputError as exc:
             raise UsageError(str(exc)) from None
+        except MemoryError:
+            return _out_of_memory("the report", "run it on a machine with more memory")
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
         return 0
     if args.command in ("export", "import"):
@@ -134,15 +136,26 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             result = run_fit(args)
         except FitInputError as exc:
             raise UsageError(str(exc)) from None
+        except MemoryError:
+            return _out_of_memory("the fit", "lower --n-boot or fit a smaller table")
         print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
         return 0
     raise UsageError(f"unknown command {args.command}")
+
+
+def _out_of_memory(what: str, advice: str) -> int:
+    """An environment failure: print why and return exit code 1."""
+    print(f"sweep: error: not enough memory for {what}; {advice}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `sweep` console script."""
     sigterm_interrupts()  # a cluster's SIGTERM ends a command as Ctrl-C does (exit 143)
     parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0].startswith("-") and given[0] not in ("-h", "--help", "--version"):
+        parser.error(f"unknown option {given[0]} (a command's options follow the command)")
     # Overrides may stand before and after options (`sweep run conf=x --dry-run k=v`).
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -1,19 +1,28 @@
 """Compose a config from the packaged Hydra tree (plus a user's --config-dir) and turn
-every composition or validation failure into a `UsageError` (exit code 2)."""
+every composition or validation failure into a `UsageError` (exit code 2): Hydra's and
+OmegaConf's errors, a preset file that is empty, not a mapping, not YAML or not UTF-8, and a
+study ``name`` that is not a plain name (`study_name`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from stepscale.redact import redact
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
+
+# A study's name is one folder name under runs/ and part of its Optuna study names.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+_HEADER = re.compile(r"^#\s*@package\s+_global_\s*$")
 
 
 def conf_dir() -> Path:
@@ -33,16 +42,27 @@ def compose_config(
     """
     schema.register()
     extra = []
+    user = None
     if config_dir is not None:
         user = Path(config_dir).expanduser().resolve()
         if not user.is_dir():
             raise UsageError(f"--config-dir {config_dir}: no such directory")
         extra.append(f"hydra.searchpath=[file://{user}]")
+    for preset in _preset_files(overrides, user):
+        check_preset_file(preset)
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="sweep"):
             cfg = compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UsageError(_explain(exc)) from None
+        raise UsageError(redact(_explain(exc))) from None
+    except yaml.YAMLError as exc:  # a group file of the user's (the preset was checked above)
+        raise UsageError(f"cannot parse a YAML file of the config: {_yaml_problem(exc)}") from None
+    except UnicodeDecodeError as exc:
+        files = [str(p) for p in _undecodable(user)] or ["a config file"]
+        raise UsageError(
+            f"{', '.join(files)}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "save it as UTF-8"
+        ) from None
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
     with open_struct_free(cfg):
         del cfg["hydra"]
@@ -55,9 +75,104 @@ def prepare_study(
     """Compose and type a study's config; fills the default name from the conf preset.
     Returns (composed config, typed config, Hydra's group choices)."""
     raw, choices = compose_config(overrides, config_dir)
-    if raw.name is None:
-        raw.name = choices["conf"]
+    raw.name = study_name(raw.name, choices, "runs/<name>")
     return raw, to_object(raw), choices
+
+
+def study_name(name: Any, choices: dict[str, Any], folder: str) -> str:
+    """The study's ``name``: the given one, which must be a plain name (letters, digits,
+    ``_``, ``.``, ``-``; not ``.`` or ``..``), or else one derived from the conf preset
+    (``sub/x`` → ``sub_x``). ``folder`` says where the name puts the run dir (for the
+    message). A path is refused (`UsageError`): ``run_dir=`` is the way to choose one."""
+    if name is None:
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", str(choices["conf"])).strip(".") or "study"
+    text = str(name)
+    if NAME_PATTERN.fullmatch(text) and text not in (".", ".."):
+        return text
+    raise UsageError(
+        f"name: {text!r} is not a plain name (letters, digits, '_', '.' and '-'; not '.' or "
+        f"'..'): the name makes the run dir {folder} and the names of its Optuna studies. "
+        "To choose where the run dir goes, give run_dir=PATH (the only way to choose a path)."
+    )
+
+
+def _preset_files(overrides: list[str], user: Path | None) -> list[Path]:
+    """The files of the ``conf=NAME`` preset that exist (the user's, the packaged one)."""
+    names = [o.split("=", 1)[1] for o in overrides if o.startswith("conf=")]
+    if not names or not names[-1]:
+        return []
+    roots = [r for r in (user, conf_dir()) if r is not None]
+    files = [root / "conf" / f"{names[-1]}.yaml" for root in roots]
+    return [f for f in files if f.is_file()]
+
+
+def check_preset_file(path: Path) -> None:
+    """Refuse (`UsageError`, naming the file) a preset that is not UTF-8, not YAML, empty,
+    not a mapping, or without the ``# @package _global_`` header its keys need."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
+    try:
+        body = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    header = any(_HEADER.match(line.strip()) for line in _header_lines(text))
+    if not text.strip():
+        raise UsageError(
+            f"{path} is empty: a preset is a YAML mapping of config keys under the first "
+            "line '# @package _global_'"
+        )
+    if body is not None and not isinstance(body, dict):
+        raise UsageError(
+            f"{path}: the top level must be a mapping of config keys (key: value), "
+            f"found a {type(body).__name__}"
+        )
+    if not header:
+        raise UsageError(
+            f"{path}: a preset starts with the line '# @package _global_' (its keys are the "
+            "config's top-level keys); add it"
+        )
+
+
+def _header_lines(text: str) -> list[str]:
+    """The leading comment lines of a YAML file, where Hydra reads ``@package``."""
+    lines = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("#"):
+            break
+        lines.append(line)
+    return lines
+
+
+def _undecodable(user: Path | None) -> list[Path]:
+    """The YAML files of the user's config dir that are not UTF-8."""
+    bad = []
+    for path in sorted(user.rglob("*.yaml")) if user is not None else []:
+        try:
+            path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            bad.append(path)
+    return bad
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line: what is wrong and where (file, line, column)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}"
+    if mark.name and not str(mark.name).startswith("<"):
+        where = f"{mark.name}, {where}"
+    return f"{context + ': ' if context else ''}{problem} ({where})"
 
 
 class open_struct_free:

@@ -10,8 +10,15 @@ from stepscale.sweeps.errors import UsageError
 
 def _describe(path: Path) -> tuple[str, str]:
     """(kind, one-line description) of a preset file: its first comment line after the
-    package header; studies declare `scientific:`."""
-    text = path.read_text()
+    package header; studies declare `scientific:`. Unreadable → `UsageError` naming it."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
     kind = "study" if "\nscientific:" in text else "train"
     for line in text.splitlines():
         if line.startswith("#") and "@package" not in line:

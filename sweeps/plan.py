@@ -38,7 +38,7 @@ def plan_points(
 ) -> dict[str, dict[str, Any]]:
     """Validate every point's trainer config (the trainer's ``validate``, at the ends of
     the nuisance ranges); returns per-point horizons and sizes."""
-    check = _validator(trainer)
+    check = _validator(trainer, here=cfg.launcher.name != "slurm")
     out = {}
     progress = _Progress(len(space.points))
     for done, point in enumerate(space.points):
@@ -96,9 +96,9 @@ class _Progress:
         )
 
 
-def _validator(trainer: TrainerSpec) -> Callable[[dict[str, Any]], Any] | None:
-    if trainer.kind == BUILTIN:
-        return builtin.validate
+def _validator(trainer: TrainerSpec, *, here: bool) -> Callable[[dict[str, Any]], Any] | None:
+    if trainer.kind == BUILTIN:  # SLURM's devices are not this machine's: no memory check
+        return lambda tree: builtin.validate(tree, here=here)
     if trainer.validate is None:
         return None
     return import_function(trainer.validate, trainer.python_path, key="trainer.validate")

@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from stepscale.redact import redact
 from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.dry_run import print_dry_run
 from stepscale.sweeps.errors import UsageError, exit_code
@@ -27,7 +28,7 @@ from stepscale.sweeps.space import build_space
 from stepscale.sweeps.storage import open_storage, resolve
 from stepscale.sweeps.study_files import check_unchanged, make_run_dir, write_study_files
 from stepscale.sweeps.trainers import BUILTIN, study_trainer
-from stepscale.sweeps.validate import check_grid, check_study
+from stepscale.sweeps.validate import check_grid, check_launch, check_storage_place, check_study
 
 __all__ = ["prepare_study", "run_orchestrator", "run_study"]
 
@@ -45,20 +46,29 @@ def run_study(
     """The `sweep run` command; returns the exit code."""
     raw, cfg, _ = prepare_study(overrides, config_dir)
     if print_cfg:
-        print(OmegaConf.to_yaml(raw), end="")
+        print(redact(OmegaConf.to_yaml(raw)), end="")
         return 0
     check_study(cfg)
+    check_launch(cfg, detach=detach)
     trainer, settable = study_trainer(cfg, config_dir)
     space = build_space(cfg, settable)
     sizes = plan_points(cfg, space, trainer)
     check_grid(cfg, space)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name
     storage_spec = resolve(cfg.storage, run_dir)
+    check_storage_place(storage_spec, run_dir)
     plan = plan_summary(cfg, space, sizes)
     if dry_run:
         print_dry_run(plan, run_dir, storage_spec, as_json)
         return 0
-    check_unchanged(run_dir, cfg)
+    if trainer.kind == BUILTIN and not detach:
+        from stepscale.sweeps import builtin
+
+        try:
+            builtin.configure_compile_cache(cfg.train.compile_cache_dir)
+        except builtin.RejectedConfig as exc:
+            raise UsageError(str(exc)) from None
+    check_unchanged(run_dir, cfg)  # the last check: nothing is written before it
     make_run_dir(run_dir)
     # The study's files exist before anything runs, so `sweep status` answers at once.
     # Another orchestrator of the same study may be starting too: one at a time (two
@@ -80,13 +90,6 @@ def run_study(
     from stepscale.sweeps.display import StudyProgress
     from stepscale.sweeps.scheduler import Scheduler
 
-    if trainer.kind == BUILTIN:
-        from stepscale.sweeps import builtin
-
-        try:
-            builtin.configure_compile_cache(cfg.train.compile_cache_dir)
-        except builtin.RejectedConfig as exc:
-            raise UsageError(str(exc)) from None
     with StudyProgress(cfg.name, plan) as progress:
         scheduler = Scheduler(cfg, space, run_dir, storage_spec, storage, sizes, trainer, progress)
         try:

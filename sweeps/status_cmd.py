@@ -35,6 +35,7 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     study = read_json(run_dir / STUDY_JSON, lenient=True)
     if study is None:
         raise UsageError(f"{run_dir}: not a study run dir (no readable study.json)")
+    _check_study_file(run_dir / STUDY_JSON, study)
     budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
     points = []
     for p in study["points"]:
@@ -42,27 +43,29 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         row.update({s: 0 for s in STATES})
         row[STOPPED] = 0
         for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
-            trial = read_json(trial_json, lenient=True) or {}
+            trial = _record(trial_json)
             state = trial.get("state", RUNNING)
+            state = state if isinstance(state, str) else RUNNING
             row[state] = row.get(state, 0) + 1
-            status = read_json(trial_json.parent / STATUS_JSON, lenient=True) or {}
-            row["steps"] += int(status.get("steps_done") or 0)
+            steps = _record(trial_json.parent / STATUS_JSON).get("steps_done")
+            row["steps"] += steps if _count(steps) else 0
             value = trial.get("objective")
             if (
                 state == COMPLETE
-                and value is not None
+                and isinstance(value, int | float)
                 and (row["best"] is None or value < row["best"])
             ):
                 row["best"] = value
         points.append(row)
-    run = read_json(run_dir / RUN_JSON, lenient=True) or {}
+    run = _record(run_dir / RUN_JSON)
+    job = _record(run_dir / ORCHESTRATOR_DIR / JOB_JSON)
     done = all(r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points)
     live = orchestrators.live(run_dir, ORCHESTRATOR_TIMEOUT_S)
     return {
         "orchestrators": [
             {k: o.get(k) for k in ("host", "pid", "slurm_job_id", "started")} for o in live
         ],
-        "detached_job": read_json(run_dir / ORCHESTRATOR_DIR / JOB_JSON, lenient=True),
+        "detached_job": job if {"job_id", "log"} <= set(job) else None,
         "name": study["name"],
         "run_dir": str(run_dir),
         "objective": study["objective"],
@@ -71,6 +74,47 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         "started": run.get("started"),
         "ended": run.get("ended"),
     }
+
+
+def _check_study_file(path: Path, study: Any) -> None:
+    """Refuse (`UsageError`) a study.json without what the table needs."""
+
+    def bad(what: str) -> UsageError:
+        return UsageError(
+            f"{path} is not a study file this version of sweep can read ({what}); it is "
+            "written by `sweep run`: run the study's command again to rewrite it"
+        )
+
+    if not isinstance(study, dict):
+        raise bad(f"it holds a {type(study).__name__}, not a mapping")
+    missing = [k for k in ("name", "budget", "points", "objective") if k not in study]
+    if missing:
+        raise bad(f"missing key(s): {', '.join(missing)}")
+    budget = study["budget"]
+    if not isinstance(budget, dict) or not _count(budget.get("trials_per_point")):
+        raise bad("budget.trials_per_point is not a count")
+    if not _count(budget.get("confirm_seeds", 0)):
+        raise bad("budget.confirm_seeds is not a count")
+    points = study["points"]
+    if not isinstance(points, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("label"), str) for p in points
+    ):
+        raise bad("points is not a list of {label: …}")
+    if not isinstance(study["objective"], dict) or "kind" not in study["objective"]:
+        raise bad("objective.kind is missing")
+    if any("/" in p["label"] or p["label"] in (".", "..") for p in points):
+        raise bad("a point label is a path")
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """A JSON record of the run dir, or {} when it is missing, unreadable or not a mapping
+    (one a process is writing, or a damaged one: the table shows what it can)."""
+    record = read_json(path, lenient=True)
+    return record if isinstance(record, dict) else {}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def print_status(run_dir: str, as_json: bool) -> int:

@@ -23,6 +23,8 @@ from stepscale.sweeps.errors import UsageError
 def stop_study(run_dir: str, timeout_s: float, heartbeat_timeout_s: float = 120.0) -> int:
     """The `sweep stop` command; returns the exit code."""
     path = Path(run_dir)
+    if not timeout_s >= 0:  # also NaN
+        raise UsageError(f"--timeout: must be a number of seconds ≥ 0, got {timeout_s}")
     if not (path / STUDY_JSON).is_file():
         raise UsageError(f"{run_dir}: not a study run dir (no study.json)")
     live = orchestrators.live(path, heartbeat_timeout_s)

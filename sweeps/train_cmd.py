@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from stepscale.redact import redact
 from stepscale.reporters import JsonlReporter
 from stepscale.rundir import (
     CHECKPOINTS_DIR,
@@ -24,7 +25,7 @@ from stepscale.rundir import (
     STATUS_JSON,
     TRAINER_FINAL_STATES,
 )
-from stepscale.sweeps.compose import compose_config, to_object
+from stepscale.sweeps.compose import compose_config, study_name, to_object
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.progress import StepProgress
 
@@ -102,10 +103,9 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> int:
     """Compose, validate, train and print the final status; returns the exit code."""
     cfg, choices = compose_config(overrides, config_dir)
-    if cfg.name is None:
-        cfg.name = choices["conf"]
+    cfg.name = study_name(cfg.name, choices, "runs/<name>-train")
     if print_cfg:
-        print(OmegaConf.to_yaml(cfg), end="")
+        print(redact(OmegaConf.to_yaml(cfg)), end="")
         return 0
     trainer_cfg = to_object(cfg)
 
@@ -119,7 +119,7 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
     run_dir = (
         Path(trainer_cfg.run_dir) if trainer_cfg.run_dir else default_run_dir(trainer_cfg.name)
     )
-    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    config_yaml = redact(OmegaConf.to_yaml(cfg, resolve=True))
     _check_run_dir(run_dir, config_yaml, trainer_cfg.train.resume)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

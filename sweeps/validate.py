@@ -1,13 +1,17 @@
 """Checks of a study's settings that need no trainer: the objective, the counts, the
-horizon, the sampler and pruner, and that a grid sampler's grid holds the budget."""
+horizon, the sampler and pruner, the launcher and where the storage goes, and that a grid
+sampler's grid holds the budget. All of them run before the run dir is made."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.objective import OBJECTIVES
 from stepscale.sweeps.samplers import check_pruner, check_sampler, grid_size
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import SearchSpace
+from stepscale.sweeps.storage import StorageSpec
 
 
 def check_study(cfg: StudyConfig) -> None:
@@ -52,3 +56,34 @@ def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:
                 f"{p.label} has only {n} points, and further trials would repeat them; set "
                 f"budget.trials_per_point={n} (or fewer, for a random subset of the grid)"
             )
+
+
+def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
+    """The launcher's name and settings, and ``--detach`` (a SLURM job) → `UsageError`."""
+    from stepscale.sweeps.launchers import LAUNCHERS, slurm_parameters
+
+    name = cfg.launcher.name
+    if name not in LAUNCHERS:
+        raise UsageError(f"launcher.name: unknown {name!r}; choose one of {', '.join(LAUNCHERS)}")
+    if detach and name != "slurm":
+        raise UsageError(
+            f"--detach runs the orchestrator as a SLURM job: it needs launcher=slurm "
+            f"(got launcher={name})"
+        )
+    if name == "slurm":
+        slurm_parameters(cfg.launcher, cfg.name)  # its own checks raise UsageError
+
+
+def check_storage_place(spec: StorageSpec, run_dir: Path) -> None:
+    """A SQLite file outside the run dir needs an existing folder (`UsageError`); the run
+    dir itself is made later."""
+    if spec.name != "sqlite":
+        return
+    path = Path(spec.url.removeprefix("sqlite:///"))
+    if run_dir.resolve() in path.parents:
+        return
+    if not path.parent.is_dir():
+        raise UsageError(
+            f"storage.url: the folder {path.parent} of the SQLite file does not exist; "
+            "create it or leave storage.url unset (a file in the run dir)"
+        )

@@ -26,27 +26,47 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
+PASSWORD = "S3cr3tPW"
+# A storage URL means nothing to `sweep train`, but it is part of the config it writes.
+PG_URL = f"storage.url=postgresql://user:{PASSWORD}@127.0.0.1:1/db"
+
+
 def test_train_prints_status_and_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    code, out, _ = run_cli(capsys, "train", *FAST, f"run_dir={run_dir}")
+    code, out, err = run_cli(capsys, "train", *FAST, PG_URL, f"run_dir={run_dir}")
     assert code == 0
+    streams = out + err
     status = json.loads(out)
     assert status["state"] == "complete" and status["steps_done"] == 20
     assert status == json.loads((run_dir / "status.json").read_text())
-    assert (run_dir / "config.yaml").exists()
+    assert "user:***@127.0.0.1" in (run_dir / "config.yaml").read_text()
     first = without_wall(read_jsonl(run_dir / "metrics.jsonl"))
 
-    code, out, _ = run_cli(capsys, "train", *FAST, f"run_dir={run_dir}")  # same command: resume
+    # same command: resume (the saved config, redacted, still matches)
+    code, out, err = run_cli(capsys, "train", *FAST, PG_URL, f"run_dir={run_dir}")
+    streams += out + err
     assert code == 0 and json.loads(out)["steps_done"] == 20
     assert without_wall(read_jsonl(run_dir / "metrics.jsonl")) == first
 
-    code, out, _ = run_cli(
-        capsys, "train", *FAST[:1], "train.max_steps=30", *FAST[2:], f"run_dir={run_dir}"
+    code, out, err = run_cli(
+        capsys, "train", *FAST[:1], "train.max_steps=30", *FAST[2:], PG_URL, f"run_dir={run_dir}"
     )
+    streams += out + err
     assert code == 2  # a different run in the same dir is refused, nothing overwritten
     assert without_wall(read_jsonl(run_dir / "metrics.jsonl")) == first
+    # The password is in no stream and no file (binary ones included).
+    assert PASSWORD not in streams
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) >= 4 and not [p for p in written if PASSWORD.encode() in p.read_bytes()]
+
+
+def test_cfg_of_train_and_run_hides_a_password(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["train", "conf=train_smoke"], ["run", "conf=smoke"]):
+        code, out, err = run_cli(capsys, *command, PG_URL, "--cfg")
+        assert code == 0 and "url: postgresql://user:***@127.0.0.1:1/db" in out, out
+        assert PASSWORD not in out + err
 
 
 def test_cfg_and_list(capsys: pytest.CaptureFixture[str]) -> None:

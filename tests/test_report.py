@@ -228,6 +228,18 @@ def test_redact() -> None:
     )
     assert redact("journal:///runs/x/study.journal") == "journal:///runs/x/study.journal"
     assert redact("sqlite:////tmp/a.db") == "sqlite:////tmp/a.db"
+    # SQLAlchemy's own rendering of a URL without its password agrees; the redactor also
+    # finds URLs inside any text (configs, commands, messages), which make_url cannot.
+    from sqlalchemy.engine import make_url
+
+    for url in (
+        "postgresql://user:secret@host",
+        "postgresql+psycopg://u:p%40ss@h:5/db?x=1",
+        "postgresql://stepscale:S3cr3t@127.0.0.1:1/db",
+        "mysql+pymysql://a:b@c/d",
+    ):
+        assert redact(url) == make_url(url).render_as_string(hide_password=True)
+        assert redact(f"url: {url}\n") == f"url: {redact(url)}\n"
 
 
 def test_ablation_table_for_two_variants(tmp_path: Path) -> None:

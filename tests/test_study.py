@@ -340,6 +340,7 @@ BAD_STUDIES = {
         "storage",
     ),
     "grid over a continuous range": (["conf=smoke", "sampler.name=grid"], "grid"),
+    "unknown launcher": (["conf=smoke", "launcher.name=foo"], "launcher.name"),
     "more trials than grid points": (
         "sampler: {name: grid}\nbudget: {trials_per_point: 4}\n" + "nuisance:\n" + GRID_LR,
         "has only 3 points",
@@ -356,7 +357,7 @@ def test_bad_study_exits_2_before_launching(
         overrides = user_study(tmp_path, "mine", overrides)
     err = _bad(tmp_path, capsys, *overrides)
     assert expected in err, err
-    assert not (tmp_path / "bad" / "trials").exists()
+    assert not (tmp_path / "bad").exists()  # every check comes before the run dir is made
 
 
 def test_unwritable_run_dir_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -417,6 +418,25 @@ def test_dry_run_and_cfg(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
     }  # a token budget gives fewer steps to bigger batches
     code, out, _ = _run_inline(capsys, "conf=smoke", "--cfg")
     assert code == 0 and "scientific:" in out
+
+
+def test_a_preset_in_a_subfolder_gets_a_plain_default_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "user_conf" / "conf" / "team"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text(
+        "# @package _global_\n# A study in a subfolder.\ndefaults:\n  - /conf/smoke\n  - _self_\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    conf = ["conf=team/mine", "--config-dir", str(tmp_path / "user_conf")]
+    code, out, err = _run_inline(capsys, *conf, "--dry-run", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["name"] == "team_mine" and plan["run_dir"] == str(Path("runs") / "team_mine")
+    assert main(["train", *conf, "--cfg"]) == 0
+    assert "name: team_mine\n" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user_conf"]  # nothing written
 
 
 @pytest.mark.slow

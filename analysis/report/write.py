@@ -26,19 +26,21 @@ for a language model, examples for the noisy quadratic model), also written as
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from stepscale.analysis import figures
 from stepscale.analysis.analyze import analyze
-from stepscale.analysis.load import load, save
+from stepscale.analysis.load import RunDirError, load, save
 from stepscale.analysis.provenance import provenance
 from stepscale.analysis.report.blocks import (
     Block,
@@ -53,6 +55,9 @@ from stepscale.analysis.report.tables import (
 from stepscale.analysis.study import FitSettings
 from stepscale.files import write_text_atomic
 from stepscale.redact import redact
+from stepscale.rundir import REPORT_DIR
+
+T = TypeVar("T")
 
 
 def _json_text(obj: Any) -> str:
@@ -114,18 +119,67 @@ def write_report(
     settings: FitSettings | None = None,
 ) -> ReportResult:
     """Load a run directory, fit, draw and write ``RUN_DIR/report/`` (see the module
-    docstring). Raises :class:`analysis.load.RunDirError` for unusable input."""
+    docstring). Raises :class:`analysis.load.RunDirError` for unusable input and
+    :class:`ReportWriteError` when the report cannot be written.
+
+    The report is written whole into a folder beside ``report/`` that then takes its place:
+    a failure (a read-only run dir, a full disk) leaves the previous report as it was and
+    nothing partial behind."""
     root = Path(run_dir)
+    out = root / REPORT_DIR
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"{out} exists and is not a directory; move it away")
+    if root.is_dir() and not os.access(root, os.W_OK):  # told before any work
+        raise _cannot_write(root, "not writable", root)
     ds = load(root)
     a = analyze(ds, targets, settings)
-    out = root / "report"
+    tmp = root / f".{REPORT_DIR}.{os.getpid()}.tmp"
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a killed process of this pid
+        pngs = _writing(lambda: _write_files(tmp, root, ds, a), root, out)
+        _writing(lambda: _replace_dir(tmp, out), root, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    files = (
+        "index.html",
+        "report.md",
+        "fits.json",
+        "results.nc",
+        "steps_to_target.csv",
+        "provenance.json",
+        *(f"figures/{n}.png" for n in pngs),
+    )
+    return ReportResult(out, files, tuple(pngs), a.partial, int(ds.sizes["trial"]), a.targets)
+
+
+class ReportWriteError(RunDirError):
+    """The report could not be written (the run dir is read-only, …); nothing was."""
+
+
+def _writing(write: Callable[[], T], root: Path, out: Path) -> T:
+    """``write()``, with a failure to write told as `ReportWriteError` (a full disk stays
+    an `OSError`: the command line says "disk full", exit 1)."""
+    try:
+        return write()
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise
+        raise _cannot_write(root, exc.strerror or str(exc), exc.filename or out) from None
+
+
+def _cannot_write(root: Path, reason: str, where: Any) -> ReportWriteError:
+    return ReportWriteError(
+        f"cannot write the report into {root} ({reason}: {where}); nothing was written. "
+        "The run dir must be writable: copy it elsewhere to report on it"
+    )
+
+
+def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
+    """Every file of the report into the new folder ``out``; returns the figures' PNGs."""
     figdir = out / "figures"
-    figdir.mkdir(parents=True, exist_ok=True)
+    figdir.mkdir(parents=True)
     records = figures.build(a, ds)
     pngs = figures.render(records, figdir)
-    for stale in figdir.glob("*.png"):
-        if stale.stem not in pngs:
-            stale.unlink()
     save(ds, out / "results.nc")
     write_text_atomic(out / "fits.json", _json_text(a.to_dict()))
     header, rows = steps_table(ds, a)
@@ -139,13 +193,19 @@ def write_report(
     blocks = [_redact_block(b) for b in document(a, ds, prov, pngs)]
     write_text_atomic(out / "report.md", to_markdown(blocks))
     write_text_atomic(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))
-    files = (
-        "index.html",
-        "report.md",
-        "fits.json",
-        "results.nc",
-        "steps_to_target.csv",
-        "provenance.json",
-        *(f"figures/{n}.png" for n in pngs),
-    )
-    return ReportResult(out, files, tuple(pngs), a.partial, int(ds.sizes["trial"]), a.targets)
+    return pngs
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    """Put the folder ``new`` at ``out``, replacing the old one (put back on failure)."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    old = out.with_name(f".{out.name}.{os.getpid()}.old")
+    os.rename(out, old)
+    try:
+        os.rename(new, out)
+    except OSError:
+        os.rename(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
