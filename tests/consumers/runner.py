@@ -82,6 +82,8 @@ def run_hydra(text: str, trials: int) -> list[dict[str, Any]]:
     from hydra.core.global_hydra import GlobalHydra
 
     config = yaml.safe_load(text)
+    # A file that leaves choosing the sweeper to its user gets it as its header says.
+    config.setdefault("defaults", [{"override hydra/sweeper": "optuna"}])
     paths = list(config["hydra"]["sweeper"]["params"])
     config |= _tree(paths)  # the app's own keys, which the sweeper overrides
     config["hydra"]["sweeper"]["n_trials"] = trials
@@ -96,7 +98,8 @@ def run_hydra(text: str, trials: int) -> list[dict[str, Any]]:
         GlobalHydra.instance().clear()
         argv = sys.argv
         sys.argv = ["app", "--multirun", f"hydra.sweep.dir={tmp}/multirun", "hydra/job_logging=none",
-                    "hydra/hydra_logging=none"]  # fmt: skip
+                    "hydra/hydra_logging=none", "hydra.output_subdir=null",
+                    f"hydra.sweeper.n_jobs={trials}"]  # fmt: skip
         try:
             hydra.main(config_path=tmp, config_name="config", version_base=None)(task)()
         except SystemExit as exc:  # Hydra reports an error and exits
