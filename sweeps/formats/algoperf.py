@@ -3,7 +3,8 @@
 Each hyperparameter is ``{"min", "max", "scaling": "linear" | "log"}`` (sampled as a
 float by AlgoPerf's Halton search) or ``{"feasible_points": [...]}``. Keys of the built-in
 trainer are written under AlgoPerf's names (``learning_rate``, ``one_minus_beta1``,
-``beta2``, ``weight_decay``, ``warmup_factor`` …; other parameters under their own name).
+``beta2``, ``weight_decay``, ``warmup_factor`` …; ``warmup_steps`` for a warmup in steps,
+which AlgoPerf's baselines do not have; other parameters under their own name).
 β1 is always ``one_minus_beta1`` (1 − β1, as the baselines' submissions read it), and any
 ``reverse_log`` parameter ``x`` is ``one_minus_x`` on a log scale. Integer parameters and
 stepped ranges are written as the feasible points of their grid (AlgoPerf's Halton code
@@ -43,6 +44,7 @@ NAMES = {
     "optimizer.eps": "epsilon",
     "optimizer.clip": "grad_clip",
     "schedule.warmup_frac": "warmup_factor",
+    "schedule.warmup_steps": "warmup_steps",  # AlgoPerf has none: the name says the unit
     "data.global_batch": "batch_size",
     "train.seed": "seed",
 }

@@ -131,10 +131,13 @@ def _spec(p: dict[str, Any], value: Any = None) -> dict[str, Any]:
     return {"parameterId": p["name"], **body}
 
 
-def _parent_key(values: list[Any]) -> str:
-    if all(isinstance(v, str) for v in values):
-        return "parentCategoricalValues"
-    return "parentIntValues" if all(is_int(v) for v in values) else "parentDiscreteValues"
+def _condition(parent: dict[str, Any], value: Any) -> dict[str, Any]:
+    """The parent-value condition of a child of ``parent`` (its spec as exported) at
+    ``value``: CATEGORICAL parents match text, DISCRETE ones numbers."""
+    if "categoricalValueSpec" in parent:
+        text = value if isinstance(value, str) else _text(value)
+        return {"parentCategoricalValues": {"values": [text]}}
+    return {"parentDiscreteValues": {"values": [value]}}
 
 
 def export(doc: dict[str, Any]) -> str:
@@ -153,7 +156,7 @@ def export(doc: dict[str, Any]) -> str:
         if p["name"] in children:
             axis = by_name[p["name"]]["values"]
             spec["conditionalParameterSpecs"] = [
-                {_parent_key(axis): {"values": [v]}, "parameterSpec": _spec(child, v)}
+                {**_condition(spec, v), "parameterSpec": _spec(child, v)}
                 for child in children[p["name"]]
                 for v in axis
             ]
