@@ -214,6 +214,9 @@ def test_an_optimizer_we_do_not_have_is_not_exported_as_ours() -> None:
     assert "adagrad, adam are not optimizer.name of the built-in trainer" in notes
     hydra = yaml.safe_load(export_space(doc, "hydra")[0])["hydra"]["sweeper"]["params"]
     assert "optimizer.name" not in hydra and hydra["optimizer"] == "choice(sgd, adagrad, adam)"
+    own, _ = import_space(text, "wandb", own_keys=True)  # a value and keys under it
+    _, notes = study_yaml(own, "wandb", trainer="python train.py")
+    assert any("optimizer and optimizer.config.learning_rate: one config key" in n for n in notes)
 
 
 def test_the_hydra_sampler_options_are_said_when_dropped() -> None:

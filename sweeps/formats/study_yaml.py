@@ -204,6 +204,12 @@ def study_yaml(
         conf["description"] = doc["description"]
     if trainer is not None:
         conf["trainer"] = trainer_section(trainer, kept)
+        paths = sorted(p["path"] for p in kept)
+        for a, b in ((a, b) for a in paths for b in paths if b.startswith(a + ".")):
+            notes.append(
+                f"{a} and {b}: one config key cannot hold a value and keys under it; "
+                "set another path: for one of them"
+            )
     else:
         conf |= _clear_exclusive({p["path"] for p in kept}, notes)
     conf |= {role: group for role, group in groups.items() if group}
