@@ -44,7 +44,11 @@ def _cache_root() -> Path:
 
 
 def create(root: Path) -> None:
-    """Make the consumers' environment at ``root`` (python -m venv, pip install -r)."""
+    """Make the consumers' environment at ``root`` (python -m venv, pip install -r); one
+    made from the same requirements is kept."""
+    ready = root / "ready"
+    if ready.exists() and ready.read_text() == REQUIREMENTS.read_text():
+        return
     venv.create(root, with_pip=True, clear=True)
     subprocess.run(
         [str(_python(root)), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)],
