@@ -337,9 +337,19 @@ def test_vizier_conditional_ranges_depend_on_a_scientific_value() -> None:
     assert (p["learning_rate"]["low"], p["learning_rate"]["high"]) == (0.0001, 0.01)
     assert p["momentum"]["scale"] == "reverse_log"
     assert "optimizer becomes a scientific axis" in notes
-    assert "momentum: active only for optimizer in sgd in the source" in notes
+    assert "momentum: active only at optimizer = sgd in the source; tuned at every point" in notes
     assert (p["warmup_steps"]["type"], p["warmup_steps"]["high"]) == ("int", 50)
     assert doc["objective"] == {"kind": "final_eval_loss"} and doc["sampler"] == {"name": "random"}
+    by_batch = {"parameters": [{
+        "parameterId": "batch_size", "discreteValueSpec": {"values": [128, 256]},
+        "conditionalParameterSpecs": [
+            {"parentDiscreteValues": {"values": [128.0]},
+             "parameterSpec": {"parameterId": "lr", "doubleValueSpec": {"minValue": 0.01, "maxValue": 0.1}}},
+            {"parentDiscreteValues": {"values": [256.0]},
+             "parameterSpec": {"parameterId": "lr", "doubleValueSpec": {"minValue": 0.1, "maxValue": 1}}},
+        ]}]}  # fmt: skip
+    lr = _params(import_space(json.dumps(by_batch), "vizier")[0])["lr"]
+    assert lr["conditional"] == {"on": "batch_size", "ranges": {"256": {"low": 0.1, "high": 1.0}}}
     old = {"parameters": [{"parameter": "x", "type": "DOUBLE", "scaleType": "UNIT_LINEAR_SCALE",
                            "doubleValueSpec": {"minValue": 0, "maxValue": 1}}]}  # fmt: skip
     assert _params(import_space(json.dumps(old), "vizier")[0])["x"]["high"] == 1.0

@@ -294,9 +294,9 @@ def _conditional(
     missing = [v for v in axis if str(v) not in by_value]
     if missing:
         notes.append(
-            f"{first.id}: active only for {parent} in {', '.join(by_value)} in the source; tuned "
-            f"at every point (with its range for {parent}={by_value and next(iter(by_value))} "
-            f"at {', '.join(map(str, missing))})"
+            f"{first.id}: active only at {parent} = {', '.join(by_value)} in the source; tuned "
+            f"at every point, with its range at {parent} = {next(iter(by_value))} also at "
+            f"{', '.join(map(str, missing))}"
         )
     if ranges:
         base["conditional"] = {"on": parent, "ranges": ranges}
@@ -311,9 +311,9 @@ def _read_params(specs: list[_Spec], notes: list[str]) -> list[dict[str, Any]]:
         if not s.children:
             params.append(_domain_param(alias, path, s))
             continue
-        need(
-            s.values is not None, s.where, "only a parent with a list of values can condition", FMT
-        )
+        if s.values is None and s.kind == "integerValueSpec" and s.high - s.low < MAX_POINTS:
+            s.values = list(range(int(s.low), int(s.high) + 1))  # an INTEGER parent's values
+        need(s.values is not None, s.where, "a DOUBLE parameter cannot condition others", FMT)
         axis = list(s.values)  # type: ignore[arg-type]
         params.append(
             {
@@ -329,8 +329,9 @@ def _read_params(specs: list[_Spec], notes: list[str]) -> list[dict[str, Any]]:
             child = _Spec(raw, f"{s.where}.conditionalParameterSpecs[{i}].parameterSpec")
             if child.children:
                 notes.append(f"{child.id}: its own conditional parameters are not read (one level)")
-            for v in values:
-                by_child.setdefault(child.id, {})[str(v)] = child
+            for v in values:  # keyed by the axis value as text (a DISCRETE 128.0 is 128)
+                key = next((str(a) for a in axis if a == v and not isinstance(a, bool)), str(v))
+                by_child.setdefault(child.id, {})[key] = child
         names = ", ".join(by_child)
         notes.append(
             f"{s.id} becomes a scientific axis: the ranges of {names} depend on its value "
