@@ -30,6 +30,7 @@ __all__ = [
     "run",
     "to_trainer_config",
     "train_config",
+    "trainer_choices",
     "trainer_fields",
     "validate",
 ]
@@ -57,6 +58,24 @@ def trainer_fields() -> dict[str, str]:
 
     walk(TrainerConfig(), "")
     return out
+
+
+def trainer_choices() -> dict[str, tuple[str, ...]]:
+    """Dotted key → the names the built-in trainer accepts there (models, model sizes,
+    data sources, optimizers, schedules). Imports JAX (through the optimizers)."""
+    from stepscale.models.data import SOURCES
+    from stepscale.models.nets.presets import MODELS, PRESETS
+    from stepscale.models.optim import OPTIMIZERS
+    from stepscale.models.schedules import SCHEDULES
+
+    sizes = tuple(dict.fromkeys(size for model in MODELS for size in PRESETS.get(model, {})))
+    return {
+        "model.name": tuple(MODELS),
+        "model.size": sizes,
+        "data.name": tuple(SOURCES),
+        "optimizer.name": tuple(OPTIMIZERS),
+        "schedule.name": tuple(SCHEDULES),
+    }
 
 
 def to_trainer_config(tree: dict[str, Any]) -> TrainerConfig:

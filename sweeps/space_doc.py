@@ -162,5 +162,6 @@ def _type_of(values: list[Any]) -> str:
 
 def dumps_stable(doc: Any) -> str:
     """JSON with sorted keys, two-space indent and floats in Python's shortest round-trip
-    form; NaN and infinities are refused."""
-    return json.dumps(doc, sort_keys=True, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+    form. NaN and infinities, which only categorical choices may hold (Optuna allows them),
+    are written ``NaN`` / ``Infinity`` as Python's and Optuna's own JSON writers do."""
+    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"

@@ -37,6 +37,7 @@ _SLOWEST_FIRST = (
     "test_multi_orchestrator.py",
     "test_postgres.py",
     "test_distributed.py",
+    "test_consumers.py",
 )
 
 

@@ -218,8 +218,11 @@ def test_dumps_stable_gives_the_same_bytes_for_the_same_content() -> None:
     b = {"a": {"x": "é", "y": 0.1}, "b": [1, 2.0, 1e-05]}
     assert dumps_stable(a) == dumps_stable(b)
     assert '"b": [\n    1,\n    2.0,\n    1e-05\n  ]' in dumps_stable(a)
-    with pytest.raises(ValueError):
-        dumps_stable({"x": float("nan")})
+    # Optuna allows NaN and infinities as categorical choices: written as its JSON does
+    assert (
+        dumps_stable({"x": [float("nan"), float("-inf")]})
+        == '{\n  "x": [\n    NaN,\n    -Infinity\n  ]\n}\n'
+    )
 
 
 def _bad(doc: dict[str, Any], message: str) -> None:
@@ -302,15 +305,24 @@ def _kept(fmt: str, p: dict[str, Any]) -> tuple[str, ...]:
     if fmt == "stepscale":
         return tuple(k for k in p if k != "name")
     if role == "fixed":
+        if fmt == "vizier" and not isinstance(p["value"], (str, int, float)):
+            return ("role",)  # a Vizier value is a number or a string: others as JSON text
         return () if fmt == "optuna" else ("role", "value")
     if role == "scientific" or conditional:
         return ()
-    if kind == "categorical":  # Hydra's choice() has no null
+    if kind == "categorical":  # Hydra's choice() has no null; Vizier's choices are text
+        plain = all(isinstance(c, str) for c in p["choices"]) or all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) for c in p["choices"]
+        )
+        if fmt == "vizier" and not plain:
+            return ()
         return ("type",) if fmt == "hydra" and None in p["choices"] else ("type", "choices")
     if fmt == "optuna":  # Optuna samples reverse_log continuously (1 − x on a log scale)
         return ("type", *_NUMERIC) if scale != "reverse_log" else ("type", "low", "high", "scale")
-    if fmt == "algoperf":
-        return ("low", "high", "scale") if kind == "float" else ("scale",)
+    if fmt == "algoperf":  # ints and steps are written as the feasible points of their grid
+        return ("low", "high", "scale") if kind == "float" and "step" not in p else ()
+    if fmt == "vizier":  # Vizier has no step: a stepped range is its DISCRETE points
+        return ("type", "low", "high", "scale") if "step" not in p else ()
     if fmt in ("wandb", "hydra"):
         fields = ("type", "low", "high") + (() if scale == "reverse_log" else ("scale",))
         step = p.get("step")
@@ -326,8 +338,9 @@ _SECTIONS_KEPT = {
     "optuna": (),
     "algoperf": (),
     "wandb": ("name", "description"),
-    "hydra": ("name", "sampler"),
+    "hydra": ("name",),
     "batch_science": (),
+    "vizier": (),
 }
 
 
@@ -382,7 +395,7 @@ def test_round_trip_keeps_what_the_format_expresses_and_reports_the_rest(
             fields = _kept(fmt, p)
             if not fields:
                 continue
-            q = by_path[p["path"]] if fmt == "hydra" else by_name[p["name"]]
+            q = by_path.get(p["path"]) or by_name[p["name"]]
             for field in fields:
                 assert json.dumps(q.get(field)) == json.dumps(p.get(field)), (
                     study,
@@ -392,6 +405,7 @@ def test_round_trip_keeps_what_the_format_expresses_and_reports_the_rest(
                 )
         for section in _SECTIONS_KEPT[fmt]:
             assert back.get(section) == doc.get(section), (study, fmt, section)
+        _check_kept_sampler_and_objective(fmt, doc, back)
         # the warning lists exactly the rest
         diff = _diff_keys(doc, back)
         keys = [loss_key(item) for item in losses]
@@ -400,6 +414,28 @@ def test_round_trip_keeps_what_the_format_expresses_and_reports_the_rest(
             assert any(_covers(loss, key) for loss in keys), (study, fmt, key, losses)
         for loss in keys:
             assert any(_covers(loss, key) for key in diff), (study, fmt, loss, diff)
+
+
+def _check_kept_sampler_and_objective(fmt: str, doc: dict[str, Any], back: dict[str, Any]) -> None:
+    """Hydra keeps the sampler the plugin has (grid without its seed, and only when every
+    parameter is discrete); Vizier keeps the sampler's name and the objective's kind."""
+    sampler, got = doc.get("sampler"), back.get("sampler")
+    if fmt == "hydra" and sampler is not None:
+        discrete = all(
+            p["type"] == "categorical"
+            or (p.get("scale") == "linear" and (p["type"] == "int" or "step" in p))
+            for p in doc["parameters"]
+            if p["role"] == "nuisance"
+        )
+        name = sampler["name"]
+        want = {"qmc": "random", "gp": "tpe"}.get(name, name)
+        want = "random" if want == "grid" and not discrete else want
+        assert got is not None and got["name"] == want, (fmt, sampler, got)
+        assert got.get("seed") == (None if want == "grid" else sampler.get("seed"))
+    if fmt == "vizier":
+        assert (got or {}).get("name") == (sampler or {}).get("name")
+        kind = (doc.get("objective") or {}).get("kind")
+        assert (back.get("objective") or {}).get("kind") == kind
 
 
 EXPECTED_RICH_LOSSES = {
@@ -424,11 +460,31 @@ EXPECTED_RICH_LOSSES = {
         "parameters.batch_size.unit",
         "parameters.batch_size.description",
         "parameters.optimizer.role",
+        "parameters.lr.name",
         "parameters.lr.conditional",
+        "parameters.b2.name",
+        "parameters.warmup_steps.type",
+        "parameters.warmup_steps.scale",
+        "parameters.warmup_steps.low",
+        "parameters.warmup_steps.high",
         "parameters.warmup_steps.step",
+        "parameters.warmup_steps.choices",
         "parameters.warmup_steps.unit",
+        "parameters.clip.name",
+        "parameters.clip.type",
+        "parameters.clip.scale",
+        "parameters.clip.low",
+        "parameters.clip.high",
         "parameters.clip.step",
+        "parameters.clip.choices",
+        "parameters.eps.name",
+        "parameters.seq_len.type",
+        "parameters.seq_len.scale",
+        "parameters.seq_len.low",
+        "parameters.seq_len.high",
+        "parameters.seq_len.choices",
         "parameters.model_size.description",
+        "parameters.wd.name",
         "budget",
         "objective",
         "sampler",
@@ -476,6 +532,29 @@ EXPECTED_RICH_LOSSES = {
         "objective",
         "sampler",
     },
+    "vizier": {
+        "name",
+        "description",
+        "parameters.batch_size.role",
+        "parameters.batch_size.unit",
+        "parameters.batch_size.description",
+        "parameters.warmup_steps.type",
+        "parameters.warmup_steps.scale",
+        "parameters.warmup_steps.low",
+        "parameters.warmup_steps.high",
+        "parameters.warmup_steps.step",
+        "parameters.warmup_steps.choices",
+        "parameters.warmup_steps.unit",
+        "parameters.clip.type",
+        "parameters.clip.scale",
+        "parameters.clip.low",
+        "parameters.clip.high",
+        "parameters.clip.step",
+        "parameters.clip.choices",
+        "parameters.model_size.description",
+        "budget",
+        "sampler.seed",
+    },
 }
 
 
@@ -497,7 +576,7 @@ def test_batch_science_keeps_a_single_batch_size_as_the_study_axis() -> None:
     assert not any(loss_key(x).startswith("parameters.batch_size.role") for x in losses)
 
 
-def test_reverse_log_survives_optuna_algoperf_and_batch_science(rich_dir: Path) -> None:
+def test_reverse_log_survives_optuna_algoperf_batch_science_and_vizier(rich_dir: Path) -> None:
     doc = study_doc("rich", rich_dir)
     optuna_out = json.loads(export_space(doc, "optuna")[0])
     assert optuna_out["b2__1m"]["attributes"] == {
@@ -507,29 +586,54 @@ def test_reverse_log_survives_optuna_algoperf_and_batch_science(rich_dir: Path) 
         "step": None,
     }
     algoperf_out = json.loads(export_space(doc, "algoperf")[0])
-    assert algoperf_out["one_minus_b2"] == {"min": 0.0001, "max": 0.1, "scaling": "log"}
+    assert algoperf_out["one_minus_beta2"] == {"min": 0.0001, "max": 0.1, "scaling": "log"}
     assert json.loads(export_space(doc, "batch_science")[0])["parameter_configs"]["b2"][
         "scale"
     ] == ("REVERSE_LOG_SCALE")
-    for fmt in ("optuna", "algoperf", "batch_science"):
+    for fmt in ("optuna", "algoperf", "batch_science", "vizier"):
         back, _ = import_space(export_space(doc, fmt)[0], fmt)
-        b2 = next(p for p in back["parameters"] if p["name"] == "b2")
+        b2 = next(p for p in back["parameters"] if p["path"] == "optimizer.b2")
         assert (b2["scale"], b2["low"], b2["high"]) == ("reverse_log", 0.9, 0.9999), fmt
 
 
-def test_hydra_range_excludes_its_end(rich_dir: Path) -> None:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    text, _ = export_space(study_doc("rich", rich_dir), "hydra")
-    params = yaml.safe_load(text)["hydra"]["sweeper"]["params"]
-    assert params["schedule.warmup_steps"] == "range(0, 15, step=5)"
-    assert params["optimizer.clip"] == "range(0.0, 2.5, step=0.5)"
+def test_hydra_ranges_are_written_as_the_plugin_reads_them(rich_dir: Path) -> None:
+    # With any sampler but grid the plugin hands range(a, b, step) to Optuna as a..b
+    # inclusive; with its grid sampler it takes a, a+s, ... below b.
+    doc = study_doc("rich", rich_dir)
+    text, _ = export_space(doc, "hydra")
+    data = yaml.safe_load(text)
+    params = data["hydra"]["sweeper"]["params"]
+    assert data["defaults"] == [
+        {"override hydra/sweeper": "optuna"},
+        {"override hydra/sweeper/sampler": "random"},
+    ]
+    assert data["hydra"]["sweeper"]["sampler"] == {"seed": 7}  # no _target_: the group's
+    assert params["schedule.warmup_steps"] == "range(0, 10, step=5)"
+    assert params["optimizer.clip"] == "range(0.0, 2.0, step=0.5)"
     assert params["data.seq_len"] == "tag(log, int(interval(8, 32)))"
     assert params["optimizer.lr"] == "tag(log, interval(0.0001, 0.01))"
     assert params["model.size"] == "tiny" and params["optimizer.weight_decay"] == 0.1
-    parser = OverridesParser.create()
-    override = parser.parse_overrides([f"x={params['schedule.warmup_steps']}"])[0]
-    assert list(override.sweep_iterator()) == [0, 5, 10]  # Hydra's own reading: 15 excluded
+    discrete = {**doc, "sampler": {"name": "grid", "seed": 3}}
+    discrete["parameters"] = [
+        p for p in doc["parameters"] if p["name"] in ("batch_size", "warmup_steps", "clip")
+    ]
+    data = yaml.safe_load(export_space(discrete, "hydra")[0])
+    params = data["hydra"]["sweeper"]["params"]
+    assert data["defaults"][1] == {"override hydra/sweeper/sampler": "grid"}
+    assert "sampler" not in data["hydra"]["sweeper"]  # the plugin's grid sampler has no seed
+    assert params["schedule.warmup_steps"] == "range(0, 15, step=5)"
+    assert params["optimizer.clip"] == "choice(0.0, 0.5, 1.0, 1.5, 2.0)"
+    for d in (doc, discrete):  # read back as the plugin reads them
+        back = import_space(export_space(d, "hydra")[0], "hydra")[0]
+        warmup = next(p for p in back["parameters"] if p["path"] == "schedule.warmup_steps")
+        assert (warmup["low"], warmup["high"], warmup["step"]) == (0, 10, 5)
+    continuous = {**doc, "sampler": {"name": "grid", "seed": 3}}
+    data = yaml.safe_load(export_space(continuous, "hydra")[0])
+    assert data["defaults"][1] == {"override hydra/sweeper/sampler": "random"}
+    for name, option in (("qmc", "random"), ("gp", "tpe"), ("tpe", "tpe")):
+        other = {**doc, "sampler": {"name": name, "seed": 1}}
+        data = yaml.safe_load(export_space(other, "hydra")[0])
+        assert data["defaults"][1] == {"override hydra/sweeper/sampler": option}, name
 
 
 # --- the optuna format against Optuna --------------------------------------------------------
@@ -730,8 +834,8 @@ hydra:
 def test_import_hydra_optuna_sweeper_params() -> None:
     doc, notes = import_space(HYDRA_SPHERE, "hydra")
     params = {p["path"]: p for p in doc["parameters"]}
-    x = params["x"]
-    assert (x["type"], x["low"], x["high"], x["step"]) == ("float", -5.5, 5.0, 0.5)
+    x = params["x"]  # TPE: the plugin's Optuna samples -5.5 … 5.5, both ends included
+    assert (x["type"], x["low"], x["high"], x["step"]) == ("float", -5.5, 5.5, 0.5)
     assert params["y"]["choices"] == [-5, 0, 5]
     assert params["optimizer.lr"]["name"] == "lr" and params["optimizer.lr"]["scale"] == "log"
     assert params["schedule.warmup_steps"]["type"] == "int"

@@ -1,6 +1,6 @@
 """Standard search-space formats: the stepscale document (``stepscale.search_space/v1``)
-and exporters/importers for Optuna, AlgoPerf, W&B, Hydra's Optuna sweeper and the
-batch-science data release (docs/search-space.md).
+and exporters/importers for Optuna, AlgoPerf, W&B, Hydra's Optuna sweeper, the
+batch-science data release and OSS Vizier's StudySpec (docs/search-space.md).
 
 An export reports exactly what the target format cannot hold: the document is converted,
 read back, and every difference is listed (``<key>: <before> → <after>``).
@@ -17,14 +17,21 @@ from stepscale.sweeps.formats import (
     hydra_sweeper,
     optuna_json,
     stepscale,
+    vizier,
     wandb_sweep,
 )
-from stepscale.sweeps.formats.common import KEEP_SOURCE_NAMES, FormatError, fit_trainer_types
+from stepscale.sweeps.formats.common import (
+    GUESSES,
+    KEEP_SOURCE_NAMES,
+    FormatError,
+    fit_trainer_types,
+)
+from stepscale.sweeps.formats.guesses import review_guesses
 from stepscale.sweeps.formats.losses import describe_losses, loss_key
 from stepscale.sweeps.formats.study_yaml import document_to_study_yaml, study_yaml
 from stepscale.sweeps.formats.validation import schema, validate_document
 
-FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science")
+FORMATS = ("stepscale", "optuna", "algoperf", "wandb", "hydra", "batch_science", "vizier")
 _MODULES: dict[str, ModuleType] = {
     "stepscale": stepscale,
     "optuna": optuna_json,
@@ -32,6 +39,7 @@ _MODULES: dict[str, ModuleType] = {
     "wandb": wandb_sweep,
     "hydra": hydra_sweeper,
     "batch_science": batch_science,
+    "vizier": vizier,
 }
 EXTENSIONS = {
     "stepscale": "json",
@@ -40,6 +48,7 @@ EXTENSIONS = {
     "wandb": "yaml",
     "hydra": "yaml",
     "batch_science": "json",
+    "vizier": "json",
 }
 
 __all__ = [
@@ -64,8 +73,14 @@ def _module(fmt: str) -> ModuleType:
 
 
 def _read(module: ModuleType, text: str) -> tuple[dict[str, Any], list[str]]:
-    doc, notes = module.parse(text)
-    if module is not stepscale:  # a stepscale document's types are its own
+    guesses: dict[str, str] = {}
+    token = GUESSES.set(guesses)
+    try:
+        doc, notes = module.parse(text)
+    finally:
+        GUESSES.reset(token)
+    if module is not stepscale:  # a stepscale document's keys and types are its own
+        notes += review_guesses(doc, guesses)
         notes += fit_trainer_types(doc)
     return doc, notes
 

@@ -18,17 +18,16 @@ from typing import Any
 
 from stepscale.rundir import BATCH_PATH
 from stepscale.sweeps.formats.common import (
-    alias_for,
     choice_param,
     envelope,
     fixed_param,
     is_int,
     is_number,
     load_json,
+    name_and_path,
     need,
     new_document,
     numeric_param,
-    path_for_name,
     scientific_param,
     unique_alias,
 )
@@ -132,7 +131,7 @@ def parse(text: str) -> tuple[dict[str, Any], list[str]]:
     need(isinstance(configs, dict), "$.parameter_configs", "expected an object", FMT)
     params, taken, notes = [], set(), []
     for name, spec in configs.items():
-        params.append(_param(unique_alias(alias_for(name), taken), path_for_name(name), name, spec))
+        params.append(_param(*name_and_path(name, taken), name, spec))
     if "batch_size" in data:
         bs = data["batch_size"]
         need(is_int(bs) and bs > 0, "$.batch_size", "expected a positive integer", FMT)

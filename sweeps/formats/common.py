@@ -67,6 +67,7 @@ for _path in sorted(TRAINER_PATHS):
     _LAST_SEGMENT.setdefault(_path.rsplit(".", 1)[-1], []).append(_path)
 
 _ALIAS_BAD = re.compile(r"[^A-Za-z0-9_]")
+_MATCHED_BY_LAST_NAME = ("optimizer", "schedule", "train")
 
 
 # Set while importing for a user's own trainer (`sweep import --trainer`): a parameter's
@@ -75,17 +76,48 @@ KEEP_SOURCE_NAMES: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "keep_source_names", default=False
 )
 
+# Set while importing: alias → the source's own name, for every parameter whose trainer key
+# was inferred from its name (`name_and_path`); `formats.guesses` checks those guesses
+# against the parameter's values and undoes the ones that would change its meaning.
+GUESSES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "guesses", default=None
+)
+PATH_OK = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
 
 def path_for_name(name: str) -> str:
-    """The trainer key a parameter name most likely sets; the name itself when unknown
-    (a conf built from it then leaves the parameter out and says so), or when importing
-    for a user's own trainer (`KEEP_SOURCE_NAMES`)."""
+    """The trainer key a parameter name most likely sets (a key itself, a name of
+    `KNOWN_NAMES`, or the last part of one optimizer/schedule/train key); the name itself
+    when unknown (a conf built from it then leaves the parameter out and says so), or when
+    importing for a user's own trainer (`KEEP_SOURCE_NAMES`)."""
     if KEEP_SOURCE_NAMES.get() or name in TRAINER_PATHS:
         return name
     if name in KNOWN_NAMES:
         return KNOWN_NAMES[name]
-    candidates = _LAST_SEGMENT.get(name, [])
-    return candidates[0] if len(candidates) == 1 else name
+    # A source's `n_layers`, `temperature` or `path` describe its own model and data, not
+    # ours: only hyperparameters of the optimizer, schedule and loop are matched by name.
+    candidates = [
+        p for p in _LAST_SEGMENT.get(name, []) if p.split(".")[0] in _MATCHED_BY_LAST_NAME
+    ]
+    return candidates[0] if len(candidates) == 1 and len(_LAST_SEGMENT[name]) == 1 else name
+
+
+def name_and_path(source: str, taken: set[str]) -> tuple[str, str]:
+    """(a free alias, the trainer key) of a parameter the source calls ``source``; a key
+    inferred from the name is recorded in `GUESSES` to be checked against the values."""
+    alias = unique_alias(alias_for(source), taken)
+    path = path_for_name(source)
+    guesses = GUESSES.get()
+    if path != source and guesses is not None:
+        guesses[alias] = source
+    return alias, path
+
+
+def own_path(source: str) -> str:
+    """A source name as a config key of its own: the name, with characters a key cannot
+    hold as ``_``."""
+    key = ".".join(_ALIAS_BAD.sub("_", part) or "_" for part in source.split("."))
+    return key if PATH_OK.match(key) else alias_for(source)
 
 
 def alias_for(name_or_path: str) -> str:
@@ -174,8 +206,8 @@ def need(cond: bool, where: str, message: str, fmt: str) -> None:
 
 def named_entries(data: Any, what: str, fmt: str) -> list[tuple[str, Any]]:
     """The ``(name, spec)`` entries of a file's top-level object, which must map names to
-    ``what`` and not be empty."""
-    need(isinstance(data, dict) and bool(data), "$", f"expected an object mapping {what}", fmt)
+    ``what`` (an empty one is an empty search space, as the owning tools read it)."""
+    need(isinstance(data, dict), "$", f"expected an object mapping {what}", fmt)
     return list(data.items())
 
 
@@ -262,8 +294,15 @@ def scientific_param(name: str, path: str, values: list[Any]) -> dict[str, Any]:
 
 
 def is_scalar(x: Any) -> bool:
-    """A value a categorical parameter may take: str, bool, None or a finite number."""
-    return x is None or isinstance(x, (str, bool)) or is_number(x)
+    """A plain value: str, bool, None or a number (NaN and ±inf too: Optuna and Hydra
+    accept them as choices)."""
+    return x is None or isinstance(x, (str, bool, int, float))
+
+
+def is_choice(x: Any) -> bool:
+    """A value a categorical parameter may take: a plain value or a list of them (Hydra's
+    ``choice([1, 2], [3, 4])``, W&B ``values`` of lists)."""
+    return is_scalar(x) or (isinstance(x, list) and all(is_choice(v) for v in x))
 
 
 # --- trainer key types (importers) -------------------------------------------------------
@@ -281,6 +320,7 @@ def fit_trainer_types(doc: dict[str, Any]) -> list[str]:
         if TRAINER_TYPES.get(p["path"]) != "int":
             continue
         if p["role"] == "scientific" and all(_whole(v) or is_int(v) for v in p["values"]):
+            _rename_condition_keys(doc, p["name"], {str(v): str(int(v)) for v in p["values"]})
             p["values"] = [int(v) for v in p["values"]]
             p["type"] = "int"
         elif p["role"] == "fixed" and _whole(p["value"]):
@@ -302,3 +342,12 @@ def fit_trainer_types(doc: dict[str, Any]) -> list[str]:
             elif step is not None and step != 1:
                 notes.append(f"{p['name']}: step {step} dropped ({p['path']} takes integers)")
     return notes
+
+
+def _rename_condition_keys(doc: dict[str, Any], axis: str, renamed: dict[str, str]) -> None:
+    """Conditional ranges on ``axis`` keyed by its values as text follow a change of their
+    text (``128.0`` → ``128``)."""
+    for q in doc["parameters"]:
+        cond = q.get("conditional")
+        if cond is not None and cond["on"] == axis:
+            cond["ranges"] = {renamed.get(k, k): r for k, r in cond["ranges"].items()}

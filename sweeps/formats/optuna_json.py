@@ -4,7 +4,9 @@
 A ``reverse_log`` parameter is stored as Optuna samples it in a study: ``1 − x`` on a log
 scale under the name ``<name>__1m``. Scientific axes, fixed values, conditional ranges
 (the parameter's own range, or the union of its ranges, is written), units, descriptions,
-budget, objective and sampler have no place in this format.
+budget, objective and sampler have no place in this format. Categorical choices may be
+NaN or ±inf, as Optuna allows (written as JSON's ``NaN`` / ``Infinity``, as Optuna's own
+``distribution_to_json`` does); an empty object is an empty search space.
 """
 
 from __future__ import annotations
@@ -17,18 +19,16 @@ import optuna.distributions as od
 
 from stepscale.sweeps.formats.common import (
     FormatError,
-    alias_for,
     choice_param,
     clean,
     envelope,
-    is_scalar,
+    is_choice,
     load_json,
+    name_and_path,
     named_entries,
     need,
     new_document,
     numeric_param,
-    path_for_name,
-    unique_alias,
 )
 from stepscale.sweeps.space_doc import dumps_stable
 
@@ -90,12 +90,13 @@ def parse(text: str) -> tuple[dict[str, Any], list[str]]:
             name.endswith(REVERSE_SUFFIX) and isinstance(dist, od.FloatDistribution) and dist.log
         )
         base = name[: -len(REVERSE_SUFFIX)] if reverse else name
-        alias, path = unique_alias(alias_for(base), taken), path_for_name(base)
+        alias, path = name_and_path(base, taken)
         if isinstance(dist, od.CategoricalDistribution):
             need(
-                all(is_scalar(c) for c in dist.choices),
+                all(is_choice(c) for c in dist.choices),
                 f"$.{name}",
-                "choices must be strings, numbers, booleans or null",
+                "choices must be strings, numbers (NaN and infinities too), booleans, null "
+                "or lists of them",
                 FMT,
             )
             params.append(choice_param(alias, path, list(dist.choices)))

@@ -4,6 +4,7 @@ scientific axis and an objective are added when the document has none."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -100,6 +101,38 @@ def _promote_batch(groups: dict[str, dict[str, Any]], notes: list[str]) -> None:
             return
 
 
+def _grid_size(entry: dict[str, Any]) -> int | None:
+    """Points of a nuisance parameter on a grid (None: continuous)."""
+    if entry["type"] == "categorical":
+        return len(entry.get("choices") or [])
+    if entry.get("scale", "linear") != "linear" or (
+        entry["type"] == "float" and "step" not in entry
+    ):
+        return None
+    step = entry.get("step", 1)
+    return math.floor(round((entry["high"] - entry["low"]) / step, 9)) + 1
+
+
+def _fit_budget_to_grid(
+    conf: dict[str, Any],
+    sampler: dict[str, Any] | None,
+    nuisance: dict[str, dict[str, Any]],
+    notes: list[str],
+) -> None:
+    """A grid source without a trial budget: one trial per grid point (a budget larger
+    than the grid is refused, the tool it came from runs the grid once)."""
+    if sampler is None or sampler.get("name") != "grid":
+        return
+    if "trials_per_point" in conf.get("budget", {}):
+        return
+    sizes = [_grid_size(e) for e in nuisance.values() if "by" not in e]
+    if any(s is None for s in sizes):
+        return
+    n = math.prod(s for s in sizes if s is not None)
+    conf.setdefault("budget", {})["trials_per_point"] = n
+    notes.append(f"budget.trials_per_point = {n}: the size of the grid at each point")
+
+
 def trainer_section(spec: str, params: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``trainer:`` of a study for a user's own trainer ``spec`` (``module:function``,
     or a command line), with a config tree holding every parameter's path (at its first
@@ -171,11 +204,18 @@ def study_yaml(
         conf["description"] = doc["description"]
     if trainer is not None:
         conf["trainer"] = trainer_section(trainer, kept)
+        paths = sorted(p["path"] for p in kept)
+        for a, b in ((a, b) for a in paths for b in paths if b.startswith(a + ".")):
+            notes.append(
+                f"{a} and {b}: one config key cannot hold a value and keys under it; "
+                "set another path: for one of them"
+            )
     else:
         conf |= _clear_exclusive({p["path"] for p in kept}, notes)
     conf |= {role: group for role, group in groups.items() if group}
     if "budget" in doc:
         conf["budget"] = dict(doc["budget"])
+    _fit_budget_to_grid(conf, doc.get("sampler"), groups["nuisance"], notes)
     objective = doc.get("objective")
     if objective is None:
         conf["objective"] = {"kind": "final_eval_loss"}

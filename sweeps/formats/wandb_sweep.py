@@ -4,9 +4,11 @@
 minimize``), ``name``, ``description`` and ``parameters``: a fixed value is
 ``{value: v}``, a categorical ``{values: [...]}``, ranges use the distributions
 ``uniform``, ``int_uniform``, ``log_uniform_values``, ``q_uniform`` (a step, when the
-low end is a multiple of it: W&B rounds to multiples of ``q``) and
-``q_log_uniform_values`` with ``q: 1`` (log-scaled ints). W&B has no reverse-log
-distribution, no roles, paths, units or budgets.
+low end is a multiple of it: W&B rounds to multiples of ``q``; ``max`` is the last point of
+the grid, so rounding never leaves the range) and ``q_log_uniform_values`` with ``q: 1``
+(log-scaled ints). W&B has no reverse-log distribution, no roles, paths, units or budgets.
+On import, ``q`` defaults to 1 as in W&B, nested ``parameters`` become dotted names (said
+in the warning), and ``inv_log_uniform(_values)`` is a log scale of its value range.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import math
 from typing import Any
 
 from stepscale.sweeps.formats.common import (
-    alias_for,
     choice_param,
     clean,
     dump_yaml,
@@ -24,11 +25,10 @@ from stepscale.sweeps.formats.common import (
     is_int,
     is_number,
     load_yaml,
+    name_and_path,
     need,
     new_document,
     numeric_param,
-    path_for_name,
-    unique_alias,
 )
 from stepscale.sweeps.objective import OBJECTIVES
 
@@ -42,8 +42,6 @@ _UNBOUNDED = {
     "q_log_normal",
     "beta",
     "q_beta",
-    "inv_log_uniform",
-    "inv_log_uniform_values",
 }
 _TOP = {"method", "metric", "parameters", "name", "description"}
 
@@ -66,12 +64,14 @@ def _spec(p: dict[str, Any]) -> dict[str, Any]:
         if scale == "log":
             return {"distribution": "q_log_uniform_values", "min": low, "max": high, "q": 1}
         if step is not None and step != 1 and _aligned(low, step):
-            return {"distribution": "q_uniform", "min": low, "max": high, "q": step}
+            last = low + (high - low) // step * step
+            return {"distribution": "q_uniform", "min": low, "max": last, "q": step}
         return {"distribution": "int_uniform", "min": low, "max": high}
     if scale == "log":
         return {"distribution": "log_uniform_values", "min": low, "max": high}
     if step is not None and _aligned(low, step):
-        return {"distribution": "q_uniform", "min": low, "max": high, "q": step}
+        last = clean(low + math.floor(clean((high - low) / step)) * step)
+        return {"distribution": "q_uniform", "min": low, "max": last, "q": step}
     return {"distribution": "uniform", "min": low, "max": high}
 
 
@@ -101,6 +101,12 @@ def _flatten(params: dict[str, Any], prefix: str = "") -> list[tuple[str, dict[s
     return out
 
 
+def _nested(raw: dict[str, Any]) -> list[str]:
+    return [
+        k for k, v in raw.items() if isinstance(v, dict) and isinstance(v.get("parameters"), dict)
+    ]
+
+
 def _param(
     alias: str, path: str, name: str, spec: dict[str, Any], notes: list[str]
 ) -> dict[str, Any] | None:
@@ -120,12 +126,17 @@ def _param(
     lo, hi = spec.get("min"), spec.get("max")
     need(is_number(lo) and is_number(hi), where, "expected min and max numbers", FMT)
     dist = dist or ("int_uniform" if is_int(lo) and is_int(hi) else "uniform")
-    q = spec.get("q")
+    q = spec.get("q", 1)  # W&B's default
     if dist.startswith("q_"):
         need(is_number(q) and q > 0, f"{where}.q", "expected a positive number", FMT)
     if dist in ("log_uniform", "q_log_uniform"):  # bounds are natural logs
         lo, hi = clean(math.exp(lo)), clean(math.exp(hi))
         dist += "_values"
+    if dist == "inv_log_uniform":  # 1/x log-uniform, bounds natural logs: x in [e^-max, e^-min]
+        lo, hi = clean(math.exp(-hi)), clean(math.exp(-lo))
+        dist = "log_uniform_values"
+    if dist == "inv_log_uniform_values":  # 1/x log-uniform in [1/max, 1/min]: x log-uniform
+        dist = "log_uniform_values"
     if dist == "uniform":
         return numeric_param(alias, path, "float", lo, hi)
     if dist == "int_uniform":
@@ -153,11 +164,19 @@ def parse(text: str) -> tuple[dict[str, Any], list[str]]:
     data = load_yaml(text, FMT)
     need(isinstance(data, dict), "$", "expected a mapping (a sweep configuration)", FMT)
     raw = data.get("parameters")
-    need(isinstance(raw, dict) and bool(raw), "parameters", "expected a mapping", FMT)
+    need(isinstance(raw, dict), "parameters", "expected a mapping", FMT)
     notes: list[str] = []
     params, taken = [], set()
-    for name, spec in _flatten(raw):
-        alias, path = unique_alias(alias_for(name), taken), path_for_name(name)
+    flat = _flatten(raw)
+    nested = _nested(raw)
+    if nested:
+        dotted = [n for n, _ in flat if n.split(".")[0] in nested]
+        notes.append(
+            f"nested parameters of {', '.join(nested)} read as dotted names "
+            f"({', '.join(dotted)}); W&B passes them to the program nested"
+        )
+    for name, spec in flat:
+        alias, path = name_and_path(name, taken)
         p = _param(alias, path, name, spec, notes)
         if p is not None:
             params.append(p)
