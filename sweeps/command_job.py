@@ -25,6 +25,7 @@ from typing import Any
 
 from stepscale.files import read_json, write_json_atomic
 from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STATUS_JSON
+from stepscale.sweeps.errors import signal_name
 from stepscale.sweeps.metrics_file import MalformedRecord, MetricsTail, last_step
 from stepscale.sweeps.trial_events import record_event
 from stepscale.trainer import FINAL_STATES, Action
@@ -134,7 +135,7 @@ def _status(folder: Path, verdict: Action, steps_done: int) -> dict[str, Any]:
 
 def _exit_text(code: int) -> str:
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals else str(-code)
+        name = signal_name(-code)
         return f"the trainer command was killed by {name}"
     return f"the trainer command exited with code {code}"
 

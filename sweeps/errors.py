@@ -13,6 +13,14 @@ import sys
 from collections.abc import Callable
 
 
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9; the number itself for a signal Python does not name."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
 class UsageError(Exception):
     """Bad input from the user: the CLI prints the message and exits with code 2."""
 

@@ -31,6 +31,7 @@ from stepscale.sweeps.trainer_status import complete_status
 from stepscale.sweeps.trainers import BUILTIN, COMMAND, import_function
 from stepscale.sweeps.trial_events import record_event
 from stepscale.sweeps.trial_spec import TrialSpec
+from stepscale.sweeps.worker_main import ENV_WORKER
 from stepscale.trainer import Action
 
 
@@ -113,10 +114,12 @@ class StopSignals:
         self.received: int | None = None
         self.previous: dict[int, Any] = {}
         executor = os.environ.get("SUBMITIT_EXECUTOR", "")
+        warm = bool(os.environ.get(ENV_WORKER))  # a warm worker (launcher=local)
         self.active = (
-            executor in ("slurm", "local") and threading.current_thread() is threading.main_thread()
-        )
-        self.preempt = submitit.JobEnvironment._usr_sig() if self.active else None
+            executor in ("slurm", "local") or warm
+        ) and threading.current_thread() is threading.main_thread()
+        # A submitit job is requeued on its preemption signal; a warm worker has none.
+        self.preempt = submitit.JobEnvironment._usr_sig() if self.active and not warm else None
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None:  # SLURM may signal twice; the first one is in hand
@@ -131,7 +134,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if self.active:
             for sig in (signal.SIGTERM, self.preempt):
-                self.previous[sig] = signal.signal(sig, self._handle)
+                if sig is not None:
+                    self.previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,12 +1,16 @@
-"""Launchers: one class, a different submitit executor chosen explicitly from config.
+"""Launchers: one class, the way trials run chosen explicitly from config.
 
-- ``local`` (default): one process per trial on this machine (submitit LocalExecutor);
+- ``local`` (default): warm worker processes on this machine, ``parallelism`` of them, each
+  running trials one after another without process start, imports or recompiles
+  (`sweeps.workers`); a command trainer's program is still its own process per trial;
+- ``process``: one fresh process per trial on this machine (submitit LocalExecutor), for
+  trainers that leak global state from one run into the next;
 - ``slurm``: one SLURM job per trial (submitit SlurmExecutor);
 - ``inline``: in this process, one trial at a time (submitit DebugExecutor; for debugging).
 
-With ``gpus_per_trial`` set, each local job sees its own GPUs (``CUDA_VISIBLE_DEVICES``, a
-slot no running job holds) and each SLURM job asks for that many GPUs; the trainer's
-data-parallel mesh spans whatever devices the job sees.
+With ``gpus_per_trial`` set, each local job (or warm worker) sees its own GPUs
+(``CUDA_VISIBLE_DEVICES``, a slot no running job holds) and each SLURM job asks for that many
+GPUs; the trainer's data-parallel mesh spans whatever devices the job sees.
 
 Jobs are submitted from inside the trial's folder, so they start there (a trainer's relative
 paths land in its trial), and their logs land in ``<trial>/logs/``.
@@ -31,8 +35,10 @@ import submitit
 from stepscale.rundir import LOGS_DIR
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import LauncherConfig
+from stepscale.sweeps.workers import WarmJobHandle, WorkerPool
 
-LAUNCHERS = ("local", "slurm", "inline")
+LAUNCHERS = ("local", "process", "slurm", "inline")
+ON_THIS_MACHINE = ("local", "process")
 log = logging.getLogger(__name__)
 
 
@@ -54,6 +60,7 @@ class JobRequest:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     name: str = "stepscale"
+    key: str | None = None  # jobs of one key share shapes (a point): see Launcher.submit
 
 
 class JobHandle:
@@ -130,9 +137,12 @@ class JobHandle:
 
 
 class Launcher:
-    """Submits trial jobs with the executor named in ``cfg``."""
+    """Submits trial jobs with the executor named in ``cfg``; ``parallelism`` warm workers
+    for ``local``, whose hung trials (no heartbeat for ``heartbeat_timeout_s``) are killed."""
 
-    def __init__(self, cfg: LauncherConfig) -> None:
+    def __init__(
+        self, cfg: LauncherConfig, parallelism: int = 1, heartbeat_timeout_s: float = 0.0
+    ) -> None:
         if cfg.name not in LAUNCHERS:
             raise UsageError(
                 f"launcher.name: unknown {cfg.name!r}; choose one of {', '.join(LAUNCHERS)}"
@@ -140,6 +150,38 @@ class Launcher:
         self.cfg = cfg
         self._slots: dict[int, JobHandle] = {}  # local GPU slot -> the job holding it
         self._last_refresh = time.monotonic()
+        self.pool: WorkerPool | None = None
+        if cfg.name == "local":
+            self.pool = WorkerPool(
+                parallelism,
+                pin=cfg.pin_cpus,
+                max_trials=cfg.worker_max_trials,
+                max_rss_gb=cfg.worker_max_rss_gb or default_rss_limit_gb(parallelism),
+                timeout_s=cfg.timeout_min * 60.0,
+                stale_s=heartbeat_timeout_s,
+                gpus=self._slot_gpus if cfg.gpus_per_trial else None,
+            )
+
+    @property
+    def on_this_machine(self) -> bool:
+        """Do trials run as processes of this machine (local or process)?"""
+        return self.cfg.name in ON_THIS_MACHINE
+
+    def close(self) -> None:
+        """End the warm workers (idle ones at once; busy ones checkpoint first)."""
+        if self.pool is not None:
+            self.pool.close()
+
+    def _slot_gpus(self, slot: int) -> list[int]:
+        """The GPUs of local slot ``slot`` (``gpus_per_trial`` of them, disjoint)."""
+        k = int(self.cfg.gpus_per_trial or 0)
+        ids = local_gpus() or list(range((slot + 1) * k))  # not countable here: trust config
+        if len(ids) < (slot + 1) * k:
+            raise UsageError(
+                f"launcher.gpus_per_trial={k}: {slot + 1} trials at once need "
+                f"{(slot + 1) * k} GPUs, this machine shows {len(ids)}; lower parallelism"
+            )
+        return ids[slot * k : (slot + 1) * k]
 
     def refresh(self, force: bool = False) -> None:
         """Re-read SLURM job states now and then: submitit's own cache waits up to 10
@@ -175,7 +217,7 @@ class Launcher:
         cfg = self.cfg
         if cfg.name == "inline":
             return submitit.DebugExecutor(folder=folder)
-        if cfg.name == "local":
+        if cfg.name == "process":
             executor = submitit.LocalExecutor(folder=folder)
             # submitit sets CUDA_VISIBLE_DEVICES for local jobs (to nothing by default):
             # give each job its GPUs explicitly.
@@ -188,23 +230,24 @@ class Launcher:
         return executor
 
     def submit(
-        self, folder: Path, fn: Callable[..., Any], *args: Any, name: str = "stepscale"
-    ) -> JobHandle:
+        self,
+        folder: Path,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str = "stepscale",
+        key: str | None = None,
+    ) -> JobHandle | WarmJobHandle:
         """Submit ``fn(*args)`` as a job named ``name``, started in ``folder`` (logs in
-        ``folder/logs``)."""
+        ``folder/logs``). ``key``: jobs of one key (a point) share shapes, so a warm worker
+        that ran one runs the next without a compile."""
         folder.mkdir(parents=True, exist_ok=True)
+        if self.pool is not None:
+            return self.pool.submit(fn, args, folder, folder / LOGS_DIR, key)
         slot = None
         gpus = local_gpus()
-        if self.cfg.name == "local" and self.cfg.gpus_per_trial:
+        if self.cfg.name == "process" and self.cfg.gpus_per_trial:
             slot = self._free_slot()
-            k = self.cfg.gpus_per_trial
-            ids = gpus or list(range((slot + 1) * k))  # GPUs not countable here: trust config
-            if len(ids) < (slot + 1) * k:
-                raise UsageError(
-                    f"launcher.gpus_per_trial={k}: {slot + 1} trials at once need "
-                    f"{(slot + 1) * k} GPUs, this machine shows {len(ids)}; lower parallelism"
-                )
-            gpus = ids[slot * k : (slot + 1) * k]
+            gpus = self._slot_gpus(slot)
         executor = self._executor(folder / LOGS_DIR, name, gpus)
         env: dict[str, str] = {}
         # sbatch from inside a SLURM job (a detached orchestrator) must not pass that job's
@@ -212,7 +255,7 @@ class Launcher:
         drop = _INHERITED_SLURM if self.cfg.name == "slurm" else ()
         with (
             _working_dir(folder),
-            _controller_ignores_sigint(self.cfg.name == "local"),
+            _controller_ignores_sigint(self.cfg.name == "process"),
             _environment(env, drop=drop),
         ):
             job = executor.submit(fn, *args)
@@ -230,7 +273,7 @@ class Launcher:
         live in ``array_folder`` and each job's logs are linked into its ``folder/logs``.
         Elsewhere, and for a single job, each is submitted as by :meth:`submit`."""
         if self.cfg.name != "slurm" or len(requests) < 2:
-            return [self.submit(r.folder, r.fn, *r.args, name=r.name) for r in requests]
+            return [self.submit(r.folder, r.fn, *r.args, name=r.name, key=r.key) for r in requests]
         array_folder.mkdir(parents=True, exist_ok=True)
         executor = self._executor(array_folder, name, [])
         # The array is sbatch'ed as the batch closes, inside the other two contexts.
@@ -316,6 +359,16 @@ def _controller_silent(job_id: str, why: str) -> None:
         job_id,
         why,
     )
+
+
+def default_rss_limit_gb(workers: int) -> float:
+    """A warm worker's memory limit when none is set: half of this machine's memory,
+    shared among the workers (at least 2 GiB)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        return 8.0
+    return max(2.0, total / 2 / max(1, workers))
 
 
 def local_gpus() -> list[int]:

@@ -47,6 +47,7 @@ from stepscale.sweeps.trials import (
     write_trial_config,
     write_trial_json,
 )
+from stepscale.sweeps.workers import WarmJobHandle
 
 # How often a waiting orchestrator looks whether a local job's process has ended, and
 # whether a stop signal came.
@@ -78,7 +79,7 @@ class Prepared:
 class Running(Prepared):
     """A trial this orchestrator has a job for."""
 
-    handle: JobHandle
+    handle: JobHandle | WarmJobHandle
 
 
 class Scheduler:
@@ -104,7 +105,7 @@ class Scheduler:
         self.sizes = sizes  # per point: horizon_steps and what a step consumes (sweeps.plan)
         self.horizons = {label: int(s["horizon_steps"]) for label, s in sizes.items()}
         self.progress = progress
-        self.launcher = Launcher(cfg.launcher)
+        self.launcher = Launcher(cfg.launcher, cfg.parallelism, cfg.heartbeat_timeout_s)
         self.owner = uuid.uuid4().hex[:12]
         self.started = time.time()
         self.lock = RunLock(run_dir)
@@ -198,9 +199,12 @@ class Scheduler:
     def _launch(self, batch: list[Prepared]) -> None:
         """Submit prepared trials together (on SLURM, two or more as one job array)."""
         requests = [
-            JobRequest(p.folder, TrialJob(), (p.spec,), name=f"{self.cfg.name}:{p.spec.trial}")
+            JobRequest(
+                p.folder, TrialJob(), (p.spec,), name=f"{self.cfg.name}:{p.spec.trial}",
+                key=p.point.label,
+            )
             for p in batch
-        ]
+        ]  # fmt: skip
         handles = self.launcher.submit_together(
             requests, self.run_dir / JOBS_DIR, name=f"{self.cfg.name}:{len(batch)} trials"
         )
@@ -370,6 +374,7 @@ class Scheduler:
             self._interrupted(grace_s=0.0)
             raise
         finally:
+            self.launcher.close()
             orchestrators.unregister(self.run_dir, self.owner)
             self.lock.close()
         return self.stats()
@@ -438,7 +443,7 @@ class Scheduler:
         slot is refilled and its result told without waiting out the poll interval), and
         so does a stop signal."""
         deadline = time.monotonic() + seconds
-        watch = self.cfg.launcher.name == "local" and bool(self.running)
+        watch = self.launcher.on_this_machine and bool(self.running)
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, LOCAL_WAKE_S if watch else SIGNAL_WAKE_S))
             if self.signals.signum is not None:
@@ -483,7 +488,7 @@ class Scheduler:
         a trial that finished meanwhile is recorded as finished, the others as stopped
         (they resume on the next run). SLURM jobs go on and are waited for (or taken
         over) by the next run."""
-        if self.cfg.launcher.name == "local":
+        if self.launcher.on_this_machine:
             for run in self.running.values():
                 run.handle.cancel()
             deadline = time.monotonic() + grace_s

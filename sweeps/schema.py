@@ -129,8 +129,14 @@ class OrchestratorJobConfig:
 class LauncherConfig:
     """How trials run: submitit executor chosen explicitly (never auto-detected)."""
 
-    name: str = "local"  # local | slurm | inline
+    name: str = "local"  # local (warm workers) | process (a process per trial) | slurm | inline
     timeout_min: int = 60 * 24
+    # Warm workers (local): cores of their own when several share a CPU machine; replaced
+    # after this many trials or above this resident memory (None: half of the machine's
+    # memory shared among the workers).
+    pin_cpus: bool = True
+    worker_max_trials: int = 100
+    worker_max_rss_gb: float | None = None
     gpus_per_trial: int | None = None  # GPUs each trial's job gets; None = local: all, slurm: none
     poll_s: float = 0.5
     # SLURM
