@@ -1,18 +1,26 @@
-"""What does the orchestrator cost over training the same runs in a plain loop?
+"""What does the orchestrator cost over training the same runs, and what do warm workers save?
 
-The same six trainings (a tiny GPT, six learning rates; 560 steps ≈ 23 s of training each on
-a quiet 2-core machine, `--steps 950` ≈ 40 s) run
+Three measurements, each side by side in one run (``--parts`` picks some):
 
-1. in a plain loop in one Python process (`models.train.train` six times), and
-2. through `sweep run` with the local launcher at parallelism 1 (a process per trial,
-   Optuna journal storage, heartbeats, files),
-3. and, for information, at parallelism 2.
+``overhead`` — per-trial overhead on repeated shapes: 12 trials of a tiny GPT at one point
+(12 learning rates, ``--steps`` steps each) through `sweep run` at parallelism 1 with warm
+workers (``launcher=local``) and with a fresh process per trial (``launcher=process``).
+A trial's slot is Optuna's ask → tell; its training is the trainer's own ``wall_s``; the
+overhead is slot − training (goal for warm workers: median ≤ 0.3 s).
 
-Process start, imports and compiles are included everywhere; the persistent compilation
-cache is warmed once beforehand so neither side pays a cold compile. Ends with one JSON
-line: both wall times and their ratio (target ≤ 1.10).
+``short`` — short trials of a user's Python function (the Flax MLP of
+examples/flax_user_trainer): 16 trials, 2 batch sizes × 8 learning rates, steps chosen so a
+trial trains ~1–10 s. `sweep run` at parallelism 2 with warm workers (cores pinned, and
+unpinned for comparison) against a plain loop running the same 16 trial configs back to back
+in one Python process (goal: sweep ≤ 0.8 × the plain loop).
 
-    python benchmarks/orchestration_overhead.py [--steps 560] [--runs 6]
+``demo`` — `sweep run conf=batchsize_vs_steps` (56 trials, parallelism 2) with warm workers
+and with a process per trial, back to back (goal: warm ≤ 0.65 × process per trial).
+
+The persistent compilation cache is warmed before the timed runs, so nobody pays a cold
+compile. Prints one JSON line.
+
+    python benchmarks/orchestration_overhead.py [--parts overhead,short,demo] [--steps 100]
 """
 
 from __future__ import annotations
@@ -20,116 +28,209 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-STUDY = """# @package _global_
-# Benchmark: six fixed trainings (one per LR), nothing tuned.
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP = str(Path(sys.executable).with_name("sweep"))
+FLAX = ROOT / "examples" / "flax_user_trainer"
+
+OVERHEAD_STUDY = """# @package _global_
+# Benchmark: 12 trainings of one shape (a tiny GPT), only the learning rate differs.
 defaults:
   - override /model: gpt
   - override /data: markov
-model:
-  size: tiny
-data:
-  vocab_size: 16
-  order: 1
-  seq_len: 64
-  global_batch: 64
-  eval_examples: 256
-  eval_batch: 64
-schedule:
-  warmup_steps: 10
-train:
-  log_every: 10
-  eval_every: 50
-  checkpoint_every: 200
-  devices: 1
+model: {{size: tiny}}
+data: {{vocab_size: 16, order: 1, seq_len: 64, global_batch: 32, eval_examples: 128, eval_batch: 64}}
+schedule: {{warmup_steps: 10}}
+train: {{log_every: 10, eval_every: 50, checkpoint_every: 0, devices: 1}}
+nuisance:
+  lr: {{path: optimizer.lr, type: float, low: 1.0e-3, high: 1.0e-2, scale: log}}
+sampler: {{name: random}}
+budget: {{trials_per_point: 12, max_steps: {steps}}}
+objective: {{kind: final_eval_loss}}
+"""
+
+SHORT_STUDY = """# @package _global_
+# Benchmark: 16 short trainings of a user's Flax MLP (2 batch sizes x 8 learning rates).
+trainer:
+  target: mytrainer.train:main
+  validate: mytrainer.train:validate
+  config:
+    data: {{dim: 8, teacher_width: 32, noise: 0.3, n_train: 4096, n_eval: 1024, seed: 1234}}
+    model: {{width: 64, depth: 2}}
+    optim: {{lr: 0.01}}
+    train: {{batch_size: 32, steps: {steps}, eval_every: 25, checkpoint_every: 1000, seed: 0,
+             compile_cache_dir: {cache}}}
+  keys: {{max_steps: train.steps, seed: train.seed}}
 scientific:
-  lr:
-    path: optimizer.lr
-    values: {lrs}
-budget:
-  trials_per_point: 1
-  max_steps: {steps}
-objective:
-  kind: final_eval_loss
+  batch_size: {{path: train.batch_size, values: [32, 256], unit: examples, quantity: batch_size}}
+nuisance:
+  lr: {{path: optim.lr, type: float, low: 1.0e-3, high: 1.0e-1, scale: log}}
+sampler: {{name: random}}
+budget: {{trials_per_point: 8, max_steps: {steps}}}
+objective: {{kind: final_eval_loss}}
+parallelism: 2
 """
 
+# The same trial configs, back to back in one process: what a researcher's own loop costs.
 PLAIN_LOOP = """
-import sys
+import json, sys
 from pathlib import Path
-from stepscale.sweeps.compose import prepare_study
-from stepscale.sweeps.space import build_space
-from stepscale.sweeps.trials import trial_config
-from stepscale.sweeps.trainers import BUILTIN, TrainerSpec
+from omegaconf import OmegaConf
+sys.path.insert(0, sys.argv[1])
+from mytrainer.train import main
 from stepscale.reporters import JsonlReporter
-from stepscale.sweeps.builtin import configure_compile_cache, run
-
-config_dir, out, cache = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-_, cfg, _ = prepare_study(["conf=bench_overhead", f"train.compile_cache_dir={cache}"], config_dir)
-space = build_space(cfg)
-configure_compile_cache(cache)
-for point in space.points:
-    folder = out / point.label
-    tree = trial_config(cfg, TrainerSpec(BUILTIN), space, point, {}, cfg.seed, folder)
-    run(tree, JsonlReporter(folder), folder)
+for folder in sys.argv[3:]:
+    config = OmegaConf.create(json.loads((Path(folder) / "config.json").read_text()))
+    out = Path(sys.argv[2]) / Path(folder).parent.name / Path(folder).name
+    out.mkdir(parents=True)
+    main(config, JsonlReporter(out), out)
 """
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> float:
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     """Wall seconds of a command (which must succeed)."""
     start = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if res.returncode != 0:
-        raise SystemExit(f"{cmd[:3]} failed:\n{res.stderr[-3000:]}")
+        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n{res.stderr[-3000:]}")
     return time.perf_counter() - start
 
 
-def main() -> None:
-    """Run the three variants and print the JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--steps", type=int, default=560, help="steps per training (560 ≈ 23 s on 2 cores)"
+def slots(run_dir: Path) -> list[dict[str, float]]:
+    """Per trial: its slot (Optuna ask → tell) and its training (the trainer's wall_s)."""
+    import optuna
+
+    backend = optuna.storages.journal.JournalFileBackend(str(run_dir / "study.journal"))
+    storage = optuna.storages.JournalStorage(backend)
+    out = []
+    for summary in optuna.get_all_study_summaries(storage):
+        label = summary.study_name.split("/", 1)[1]
+        for t in optuna.load_study(study_name=summary.study_name, storage=storage).trials:
+            status = json.loads(
+                (run_dir / "trials" / label / str(t.number) / "status.json").read_text()
+            )
+            slot = (t.datetime_complete - t.datetime_start).total_seconds()
+            out.append({"slot": slot, "training": float(status["wall_s"])})
+    return out
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "max": round(max(values), 3)}
+
+
+def part_overhead(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]:
+    conf = root / "over" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "bench_overhead.yaml").write_text(OVERHEAD_STUDY.format(steps=steps))
+    common = [
+        SWEEP,
+        "run",
+        "conf=bench_overhead",
+        "--config-dir",
+        str(root / "over"),
+        "parallelism=1",
+    ]
+    common.append(f"train.compile_cache_dir={root / 'cache'}")
+    run([*common, "budget.trials_per_point=1", f"run_dir={root / 'o-warmup'}"], root, env)
+    result: dict[str, Any] = {"trials": 12, "steps": steps}
+    for launcher in ("local", "process"):
+        run_dir = root / f"o-{launcher}"
+        wall = run([*common, f"launcher={launcher}", f"run_dir={run_dir}"], root, env)
+        trials = slots(run_dir)
+        result[launcher] = {
+            "wall_s": round(wall, 2),
+            "slot_s": summary([t["slot"] for t in trials]),
+            "training_s": summary([t["training"] for t in trials]),
+            "overhead_s": summary([t["slot"] - t["training"] for t in trials]),
+        }
+        print(f"overhead, {launcher}: {result[launcher]}", file=sys.stderr)
+    result["warm_overhead_median_s"] = result["local"]["overhead_s"]["median"]
+    result["meets_goal"] = result["warm_overhead_median_s"] <= 0.3
+    return result
+
+
+def part_short(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]:
+    project = root / "short"
+    shutil.copytree(FLAX, project, ignore=shutil.ignore_patterns("runs", "__pycache__"))
+    cache = root / "cache-short"
+    (project / "conf" / "bench_short.yaml").write_text(SHORT_STUDY.format(steps=steps, cache=cache))
+    common = [SWEEP, "run", "conf=bench_short", "--config-dir", "."]
+    run([*common, "budget.trials_per_point=1", "run_dir=runs/warmup"], project, env)
+    result: dict[str, Any] = {"trials": 16, "steps": steps}
+    for name, extra in (("warm_pinned", []), ("warm_unpinned", ["launcher.pin_cpus=false"])):
+        wall = run([*common, *extra, f"run_dir=runs/{name}"], project, env)
+        result[f"sweep_{name}_s"] = round(wall, 2)
+        print(f"short, sweep {name}: {wall:.1f} s", file=sys.stderr)
+    folders = sorted(str(p) for p in (project / "runs" / "warm_pinned" / "trials").glob("*/*"))
+    plain = run(
+        [sys.executable, "-c", PLAIN_LOOP, str(project), str(root / "plain"), *folders],
+        project,
+        env,
     )
-    parser.add_argument("--runs", type=int, default=6)
+    print(f"short, plain loop: {plain:.1f} s", file=sys.stderr)
+    result.update(
+        plain_loop_s=round(plain, 2),
+        trial_job_s=summary([job_seconds(Path(f)) for f in folders]),
+        ratio_pinned=round(result["sweep_warm_pinned_s"] / plain, 3),
+        ratio_unpinned=round(result["sweep_warm_unpinned_s"] / plain, 3),
+    )
+    result["meets_goal"] = min(result["ratio_pinned"], result["ratio_unpinned"]) <= 0.8
+    return result
+
+
+def job_seconds(folder: Path) -> float:
+    """How long a trial's job ran: from its start event to its final status."""
+    start = json.loads((folder / "events.jsonl").read_text().splitlines()[0])["time"]
+    return (folder / "status.json").stat().st_mtime - start
+
+
+def part_demo(root: Path, env: dict[str, str]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    common = [
+        SWEEP,
+        "run",
+        "conf=batchsize_vs_steps",
+        f"train.compile_cache_dir={root / 'cache-demo'}",
+    ]
+    run([*common, "budget.trials_per_point=1", f"run_dir={root / 'd-warmup'}"], root, env)
+    for launcher in ("local", "process"):
+        wall = run(
+            [*common, f"launcher={launcher}", f"run_dir={root / ('d-' + launcher)}"], root, env
+        )
+        result[f"{launcher}_s"] = round(wall, 1)
+        print(f"demo, {launcher}: {wall:.1f} s", file=sys.stderr)
+    result["ratio"] = round(result["local_s"] / result["process_s"], 3)
+    result["meets_goal"] = result["ratio"] <= 0.65
+    return result
+
+
+def main() -> None:
+    """Run the chosen parts and print the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", default="overhead,short,demo")
+    parser.add_argument("--steps", type=int, default=100, help="steps of an overhead trial")
+    parser.add_argument("--short-steps", type=int, default=1500, help="steps of a short trial")
     args = parser.parse_args()
-    sweep = str(Path(sys.executable).with_name("sweep"))
-    lrs = [round(1e-3 * 1.5**i, 6) for i in range(args.runs)]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    result: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "conf" / "conf").mkdir(parents=True)
-        (root / "conf" / "conf" / "bench_overhead.yaml").write_text(
-            STUDY.format(lrs=lrs, steps=args.steps)
-        )
-        config_dir, cache = str(root / "conf"), str(root / "cache")
-        common = [
-            "conf=bench_overhead",
-            "--config-dir",
-            config_dir,
-            f"train.compile_cache_dir={cache}",
-        ]
-        # Warm the persistent cache (a short study with the same shapes), then time.
-        timed([sweep, "run", *common, "budget.max_steps=20", f"run_dir={root / 'warm'}"], env)
-        plain = timed(
-            [sys.executable, "-c", PLAIN_LOOP, config_dir, str(root / "plain"), cache], env
-        )
-        print(f"plain loop: {plain:.1f} s", file=sys.stderr)
-        p1 = timed([sweep, "run", *common, "parallelism=1", f"run_dir={root / 'p1'}"], env)
-        print(f"sweep run, parallelism 1: {p1:.1f} s", file=sys.stderr)
-        p2 = timed([sweep, "run", *common, "parallelism=2", f"run_dir={root / 'p2'}"], env)
-        print(f"sweep run, parallelism 2: {p2:.1f} s", file=sys.stderr)
-    result = {
-        "runs": args.runs,
-        "steps_per_run": args.steps,
-        "plain_loop_s": round(plain, 2),
-        "sweep_parallelism_1_s": round(p1, 2),
-        "sweep_parallelism_2_s": round(p2, 2),
-        "ratio": round(p1 / plain, 3),
-    }
+        parts = args.parts.split(",")
+        if "overhead" in parts:
+            result["overhead"] = part_overhead(root, env, args.steps)
+        if "short" in parts:
+            result["short"] = part_short(root, env, args.short_steps)
+        if "demo" in parts:
+            result["demo"] = part_demo(root, env)
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(result, sort_keys=True))
 
 

@@ -213,6 +213,7 @@ TRIAL_KEYS = (
     "started",
     "ended",
     "job_id",
+    "job_index",  # the trial's place in a job that runs several (launcher.trials_per_job)
     "job_files",
     "failures",  # errors of earlier attempts (retried)
     "interruptions",  # jobs stopped from outside (sweep stop, Ctrl-C, orchestrator killed)

@@ -79,6 +79,9 @@ def dead_job_error(folder: Path, record: dict[str, Any]) -> str | None:
             outcome, trace = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError):
         return None  # no result: the job was killed (with its orchestrator, or alone)
+    if outcome == "success" and isinstance(trace, list) and "job_index" in record:
+        index = int(record["job_index"])  # a job that ran a queue of trials: this one's
+        outcome, trace = trace[index] if index < len(trace) else ("success", None)
     if outcome != "error":
         return None
     return f"{exception_line(str(trace))} (traceback and output: {paths.stderr})"

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
 import submitit
 
 from stepscale import trainer as contract
+from stepscale.files import read_json
 from stepscale.reporters import JsonlReporter
-from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, TRAINER_FINAL_STATES
+from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, STATUS_JSON, TRAINER_FINAL_STATES
 from stepscale.sweeps.heartbeat import JobHeartbeat
 from stepscale.sweeps.metrics_file import last_step, normalized_records
 from stepscale.sweeps.trainer_status import complete_status
@@ -242,6 +245,40 @@ def trial_env(spec: TrialSpec, folder: Path) -> dict[str, str]:
     if spec.target_loss is not None:
         env[contract.ENV_TARGET_LOSS] = repr(float(spec.target_loss))
     return env
+
+
+def finished_status(folder: Path) -> dict[str, Any] | None:
+    """The final status a job wrote into a trial's folder, if the trial has ended."""
+    status = read_json(folder / STATUS_JSON, lenient=True)
+    if isinstance(status, dict) and status.get("state") in TRAINER_FINAL_STATES:
+        return status
+    return None
+
+
+class TrialQueueJob(submitit.helpers.Checkpointable):
+    """The callable of a SLURM job that runs several trials of one point, one after
+    another, in one allocation and one process (``launcher.trials_per_job``): the later
+    trials start warm. Returns one outcome per trial, ``("success", status)`` or
+    ``("error", traceback)``; a failed trial does not stop the others. Checkpointable: a
+    requeued job (preemption, time limit) skips the trials it finished and resumes the one
+    it was running from its checkpoint. A stop signal (scancel) ends the whole job."""
+
+    def __call__(self, specs: list[TrialSpec]) -> list[tuple[str, Any]]:
+        outcomes: list[tuple[str, Any]] = []
+        for spec in specs:
+            done = finished_status(Path(spec.trial_dir))
+            if done is not None:
+                outcomes.append(("success", done))
+                continue
+            try:
+                outcomes.append(("success", run_trial(spec)))
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except Exception:
+                trace = traceback.format_exc()
+                print(trace, file=sys.stderr, flush=True)
+                outcomes.append(("error", trace))
+        return outcomes
 
 
 class TrialJob(submitit.helpers.Checkpointable):

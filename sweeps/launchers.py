@@ -32,7 +32,8 @@ from typing import Any
 
 import submitit
 
-from stepscale.rundir import LOGS_DIR
+from stepscale.files import read_json
+from stepscale.rundir import LOGS_DIR, STATUS_JSON, TRAINER_FINAL_STATES
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import LauncherConfig
 from stepscale.sweeps.workers import WarmJobHandle, WorkerPool
@@ -134,6 +135,67 @@ class JobHandle:
                 process.send_signal(signal.SIGTERM)
             else:
                 self.job.cancel(check=False)
+
+
+class QueuedTrialHandle:
+    """One trial of a SLURM job that runs several (``launcher.trials_per_job``), with the
+    interface of `JobHandle`: done as soon as its final status is in its folder (the
+    job goes on with the next trial), or when the job ends; its outcome is its own entry
+    of the job's result, or the job's error if the job ended before the trial did."""
+
+    inline = False
+    slot = None
+
+    def __init__(self, queue: JobHandle, index: int, folder: Path) -> None:
+        self.queue = queue
+        self.index = index
+        self.folder = folder
+        self._outcome: tuple[bool, Any] | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The SLURM job (or array task) that runs this trial among others."""
+        return self.queue.job_id
+
+    @property
+    def files(self) -> Path:
+        """The folder of the job's submitit files."""
+        return self.queue.files
+
+    @property
+    def log(self) -> Path | None:
+        """The job's error stream (every trial of the queue writes there)."""
+        return self.queue.log
+
+    def done(self) -> bool:
+        """Has this trial ended (its final status written, or its job ended)?"""
+        if self._outcome is not None:
+            return True
+        status = read_json(self.folder / STATUS_JSON, lenient=True)
+        if isinstance(status, dict) and status.get("state") in TRAINER_FINAL_STATES:
+            self._outcome = (True, status)
+            return True
+        if not self.queue.done():
+            return False
+        ok, result = self.queue.outcome()
+        if ok and isinstance(result, list) and self.index < len(result):
+            kind, payload = result[self.index]
+            failed = RuntimeError(f"failed during processing with trace:\n{payload}")
+            self._outcome = (True, payload) if kind == "success" else (False, failed)
+        else:
+            self._outcome = (False, result)
+        return True
+
+    def outcome(self) -> tuple[bool, Any]:
+        """(True, status) or (False, error) once done."""
+        while not self.done():
+            time.sleep(0.5)
+        assert self._outcome is not None
+        return self._outcome
+
+    def cancel(self) -> None:
+        """Stop the job (and with it every trial of its queue still to run)."""
+        self.queue.cancel()
 
 
 class Launcher:
@@ -286,6 +348,28 @@ class Launcher:
         for request, job in zip(requests, jobs, strict=True):
             _link_logs(job, request.folder / LOGS_DIR)
         return [JobHandle(job, inline=False) for job in jobs]
+
+    def submit_queues(
+        self, queues: list[list[JobRequest]], array_folder: Path, name: str = "stepscale"
+    ) -> list[list[QueuedTrialHandle]]:
+        """Submit each queue (trials of one point) as one job running them one after
+        another (`sweeps.job.TrialQueueJob`), several queues as one job array; the job's
+        logs are linked into every trial's ``logs/``."""
+        from stepscale.sweeps.job import TrialQueueJob
+
+        requests = [
+            JobRequest(
+                q[0].folder, TrialQueueJob(), ([r.args[0] for r in q],), name=q[0].name, key=q[0].key
+            )
+            for q in queues
+        ]  # fmt: skip
+        handles = self.submit_together(requests, array_folder, name=name)
+        out = []
+        for queue, handle in zip(queues, handles, strict=True):
+            for request in queue[1:]:
+                _link_logs(handle.job, request.folder / LOGS_DIR)
+            out.append([QueuedTrialHandle(handle, i, r.folder) for i, r in enumerate(queue)])
+        return out
 
 
 # A job's own settings, which sbatch run from inside it must not pass on (see submit).

@@ -28,7 +28,7 @@ from stepscale.files import read_json
 from stepscale.rundir import FAILED, JOBS_DIR, LOGS_DIR, RUNNING, STOPPED, TRIAL_JSON, trial_dir
 from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcomes
 from stepscale.sweeps.job import TrialJob
-from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher
+from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher, QueuedTrialHandle
 from stepscale.sweeps.point_stats import PointStats, point_stats
 from stepscale.sweeps.reconcile import reconcile
 from stepscale.sweeps.runlock import RunLock
@@ -79,7 +79,7 @@ class Prepared:
 class Running(Prepared):
     """A trial this orchestrator has a job for."""
 
-    handle: JobHandle | WarmJobHandle
+    handle: JobHandle | WarmJobHandle | QueuedTrialHandle
 
 
 class Scheduler:
@@ -166,7 +166,7 @@ class Scheduler:
     def _submit(
         self, point: Point, trial: FrozenTrial, attempt: int, interrupted: bool = False
     ) -> None:
-        self._launch([self._prepare(point, trial, attempt, interrupted)])
+        self._launch([[self._prepare(point, trial, attempt, interrupted)]])
 
     def _prepare(
         self, point: Point, trial: FrozenTrial, attempt: int, interrupted: bool = False
@@ -196,20 +196,33 @@ class Scheduler:
         heartbeat.hold(folder, self.owner)
         return Prepared(point, trial._trial_id, trial.number, folder, spec, record)
 
-    def _launch(self, batch: list[Prepared]) -> None:
-        """Submit prepared trials together (on SLURM, two or more as one job array)."""
+    def _launch(self, groups: list[list[Prepared]]) -> None:
+        """Submit prepared trials together (on SLURM, two or more jobs as one job array);
+        a group of several trials (of one point, ``launcher.trials_per_job``) runs as one
+        job, one trial after another."""
         requests = [
-            JobRequest(
-                p.folder, TrialJob(), (p.spec,), name=f"{self.cfg.name}:{p.spec.trial}",
-                key=p.point.label,
-            )
-            for p in batch
+            [
+                JobRequest(
+                    p.folder, TrialJob(), (p.spec,), name=f"{self.cfg.name}:{p.spec.trial}",
+                    key=p.point.label,
+                )
+                for p in group
+            ]
+            for group in groups
         ]  # fmt: skip
-        handles = self.launcher.submit_together(
-            requests, self.run_dir / JOBS_DIR, name=f"{self.cfg.name}:{len(batch)} trials"
-        )
-        for p, handle in zip(batch, handles, strict=True):
+        name = f"{self.cfg.name}:{sum(map(len, groups))} trials"
+        handles: list[Any]
+        if any(len(group) > 1 for group in groups):
+            queued = self.launcher.submit_queues(requests, self.run_dir / JOBS_DIR, name=name)
+            handles = [h for queue in queued for h in queue]
+        else:
+            handles = self.launcher.submit_together(
+                [r for group in requests for r in group], self.run_dir / JOBS_DIR, name=name
+            )
+        for p, handle in zip([p for g in groups for p in g], handles, strict=True):
             p.record["job_id"] = handle.job_id
+            if isinstance(handle, QueuedTrialHandle):
+                p.record["job_index"] = handle.index
             if handle.files != p.folder / LOGS_DIR:
                 p.record["job_files"] = str(handle.files.resolve())
             write_trial_json(p.folder, p.record)
@@ -333,9 +346,12 @@ class Scheduler:
         else:
             self._failed(o.point, o.trial, o.folder, dict(o.record), error)
 
-    def _take_over(self, o: adoption.Orphan, handle: JobHandle) -> None:
-        """Own the still-live SLURM job of a trial whose orchestrator died."""
+    def _take_over(self, o: adoption.Orphan, handle: JobHandle | QueuedTrialHandle) -> None:
+        """Own the still-live SLURM job of a trial whose orchestrator died (one trial of
+        it, when the job runs a queue of them)."""
         heartbeat.hold(o.folder, self.owner)
+        if isinstance(handle, JobHandle) and "job_index" in o.record:
+            handle = QueuedTrialHandle(handle, int(o.record["job_index"]), o.folder)
         # The job runs with the spec it was submitted with; this one is for bookkeeping.
         attempt = int(o.record.get("attempts", 1))
         kind, seed = o.record.get("kind", "tune"), int(o.record.get("seed", self.cfg.seed))
@@ -415,25 +431,39 @@ class Scheduler:
         self.launcher.refresh()
         self._reap()
         self._adopt()
-        # On SLURM, trials asked in one pass are submitted together, as one job array.
+        # On SLURM, trials asked in one pass are submitted together, as one job array, and
+        # with trials_per_job > 1 several trials of one point go as one job.
         together = self.cfg.launcher.name == "slurm"
-        batch: list[Prepared] = []
+        per_job = self.cfg.launcher.trials_per_job if together else 1
+        batch: list[list[Prepared]] = []
+
+        def in_flight() -> int:
+            return len(self.running) + sum(map(len, batch))
+
         try:
-            while len(self.running) + len(batch) < self.cfg.parallelism:
+            while in_flight() < self.cfg.parallelism:
                 if self.signals.signum is not None:
                     break  # stopping: submit nothing more
                 with self.lock:
                     choice = budget.pick_point(self.space.points, self._trials, self.cfg.budget)
                     if choice is None:
                         break
-                    batch.append(self._ask(*choice))
+                    point, kind = choice
+                    group = [self._ask(point, kind)]
+                    batch.append(group)
+                    while (
+                        len(group) < per_job
+                        and in_flight() < self.cfg.parallelism
+                        and budget.needs(self.cfg.budget, self._trials(point)) == kind
+                    ):
+                        group.append(self._ask(point, kind))
                 if not together:
                     self._launch(batch)
                     batch = []
                     self._reap()  # inline jobs are done already
             self._launch(batch)
         except BaseException:
-            self._release(batch)
+            self._release([p for group in batch for p in group])
             raise
         if self.progress is not None:
             self.progress(self.stats())

@@ -155,6 +155,9 @@ class LauncherConfig:
     setup: list[str] = field(default_factory=list)  # shell lines before each job (module load …)
     signal_delay_s: int = 90  # SLURM sends USR2 this long before the time limit
     max_requeues: int = 20  # time-limit requeues of one trial job (preemptions: unlimited)
+    # Trials of one point one SLURM job runs one after another in one allocation (the later
+    # ones start warm); `parallelism` still counts trials.
+    trials_per_job: int = 1
     state_poll_s: float = 15.0  # re-read SLURM job states (sacct) at least this often
     additional: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
     orchestrator: OrchestratorJobConfig = field(default_factory=OrchestratorJobConfig)

@@ -72,6 +72,23 @@ def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
         )
     if name == "slurm":
         slurm_parameters(cfg.launcher, cfg.name)  # its own checks raise UsageError
+    lc = cfg.launcher
+    if lc.trials_per_job < 1:
+        raise UsageError(f"launcher.trials_per_job must be at least 1, got {lc.trials_per_job}")
+    if lc.trials_per_job > 1 and name != "slurm":
+        raise UsageError(
+            f"launcher.trials_per_job={lc.trials_per_job} queues trials in SLURM jobs; with "
+            f"launcher={name} leave it at 1 (launcher=local keeps its workers warm anyway)"
+        )
+    if lc.worker_max_trials < 0:
+        raise UsageError(
+            f"launcher.worker_max_trials must be 0 (no limit) or more, got {lc.worker_max_trials}"
+        )
+    if lc.worker_max_rss_gb is not None and lc.worker_max_rss_gb <= 0:
+        raise UsageError(
+            f"launcher.worker_max_rss_gb must be positive (or null: half the machine's memory "
+            f"shared among the workers), got {lc.worker_max_rss_gb}"
+        )
 
 
 def check_storage_place(spec: StorageSpec, run_dir: Path) -> None:

@@ -496,3 +496,43 @@ def test_a_command_trainer_study_detached_on_slurm_in_job_arrays(
     assert report.returncode == 0, report.stderr
     fit = json.loads((run_dir / "report" / "fits.json").read_text())["steps"]["groups"][0]
     assert fit["b_crit_ci"][0] < fit["b_crit"] < fit["b_crit_ci"][1]
+
+
+def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_running(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """launcher.trials_per_job=3: three trials of one point in one SLURM job, one after
+    another. `scontrol requeue` during the second: the job runs again, skips the first
+    (finished), resumes the second from its checkpoint, then runs the third."""
+    run_dir = tmp_path / "run"
+    example = Path(__file__).resolve().parent.parent / "examples" / "numpy_regression"
+    args = [
+        "run", "conf=numpy_batchsize", "--config-dir", str(example),
+        "scientific.batch_size.values=[16]", "budget.trials_per_point=3", "parallelism=3",
+        "launcher.trials_per_job=3", "trainer.config.train.sleep_s=0.01", *SLURM,
+        f"run_dir={run_dir}",
+    ]  # fmt: skip
+    proc = _popen(args, compile_cache, tmp_path)
+    second = run_dir / "trials" / "batch_size=16" / "1"
+    try:
+        _wait(lambda: _last_step(second) >= 60, 180, "the second trial of the queue to train")
+        job = str(read_json(second / "trial.json")["job_id"])
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        _release_when_held(job)
+        _finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert_exact_budget(run_dir, "numpy_batchsize", per_point=3, points=1)
+    records = sorted(trials_of(run_dir)["batch_size=16"], key=lambda r: r["number"])
+    assert {r["job_id"] for r in records} == {job}  # one job ran all three
+    assert [r["job_index"] for r in records] == [0, 1, 2]
+    for r in records:
+        assert r["state"] == "complete" and r["attempts"] == 1 and "failures" not in r, r
+        folder = run_dir / "trials" / "batch_size=16" / str(r["number"])
+        events = [
+            json.loads(x)["event"] for x in (folder / "events.jsonl").read_text().splitlines()
+        ]
+        assert events == (["start", "stopped", "resume"] if r["number"] == 1 else ["start"]), r
+        steps = [m["step"] for m in _metrics(folder)]
+        assert steps == sorted(set(steps)) and steps[-1] == 300, r
