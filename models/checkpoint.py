@@ -8,14 +8,19 @@ of the state, whole, by its tree path) and ``host.json`` (the loop's host-side s
 layout that wrote it: devices, processes, ``train.sharding``). Arrays are stored whole
 whatever their sharding, so a run resumes on any device count or sharding. It is
 written under a temporary name and renamed into place, so a crash mid-write leaves
-either the previous checkpoints or the new one, never a torn one.
+either the previous checkpoints or the new one, never a torn one. ``host.json`` also holds
+the SHA-256 of ``arrays.npz``: a checkpoint damaged later (a bad disk, a copy cut short, a
+file overwritten) fails `verify`, and `restore` refuses it with `CorruptCheckpoint`, so the
+trainer can fall back on the newest valid one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,10 @@ import jax
 import numpy as np
 
 _PREFIX = "step_"
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint whose files cannot be read back as they were written."""
 
 
 def _leaf_name(path: tuple[Any, ...]) -> str:
@@ -61,8 +70,15 @@ def save(
         np.savez(f, **arrays)
         f.flush()
         os.fsync(f.fileno())
+    digest = _sha256(tmp / "arrays.npz")
     with open(tmp / "host.json", "w") as f:
-        meta = {"step": step, "host": host, "dtypes": dtypes, "layout": layout}
+        meta = {
+            "step": step,
+            "host": host,
+            "dtypes": dtypes,
+            "layout": layout,
+            "arrays_sha256": digest,
+        }
         json.dump(meta, f, allow_nan=True)
         f.flush()
         os.fsync(f.fileno())
@@ -89,13 +105,53 @@ def list_steps(directory: Path) -> list[int]:
     return sorted(steps)
 
 
-def restore(directory: Path, step: int, template: Any) -> tuple[Any, dict[str, Any]]:
-    """Load checkpoint ``step`` into the structure (and shardings) of ``template``."""
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _meta(folder: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((folder / "host.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpoint(f"{folder.name}/host.json cannot be read: {exc}") from None
+    if not isinstance(meta, dict) or not {"step", "host", "dtypes"} <= set(meta):
+        raise CorruptCheckpoint(f"{folder.name}/host.json is not a checkpoint's record")
+    return meta
+
+
+def verify(directory: Path, step: int) -> None:
+    """Check checkpoint ``step`` against the checksum it was written with (older ones,
+    without a checksum: that every array reads back); `CorruptCheckpoint` says what is
+    wrong."""
     folder = directory / f"{_PREFIX}{step:09d}"
-    meta = json.loads((folder / "host.json").read_text())
+    meta = _meta(folder)
+    try:
+        if "arrays_sha256" in meta:
+            if _sha256(folder / "arrays.npz") != meta["arrays_sha256"]:
+                raise CorruptCheckpoint(f"{folder.name}/arrays.npz does not match its checksum")
+            return
+        with np.load(folder / "arrays.npz", allow_pickle=False) as data:
+            for key in data.files:
+                data[key]
+    except CorruptCheckpoint:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CorruptCheckpoint(f"{folder.name}/arrays.npz cannot be read: {exc}") from None
+
+
+def restore(directory: Path, step: int, template: Any) -> tuple[Any, dict[str, Any]]:
+    """Load checkpoint ``step`` into the structure (and shardings) of ``template``; a
+    damaged one raises `CorruptCheckpoint`."""
+    folder = directory / f"{_PREFIX}{step:09d}"
+    verify(directory, step)
+    meta = _meta(folder)
     dtypes = meta["dtypes"]
     leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
-    with np.load(folder / "arrays.npz") as data:
+    with np.load(folder / "arrays.npz", allow_pickle=False) as data:
         restored = []
         for i, (path, like) in enumerate(leaves):
             key = f"a{i}"
@@ -113,8 +169,7 @@ def restore(directory: Path, step: int, template: Any) -> tuple[Any, dict[str, A
 
 def layout(directory: Path, step: int) -> dict[str, Any] | None:
     """The layout recorded with checkpoint ``step`` (None for checkpoints that lack one)."""
-    meta = json.loads((directory / f"{_PREFIX}{step:09d}" / "host.json").read_text())
-    return meta.get("layout")
+    return _meta(directory / f"{_PREFIX}{step:09d}").get("layout")
 
 
 def _place(arr: np.ndarray, sharding: Any) -> Any:

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from stepscale.events import record_event
 from stepscale.models import checkpoint, distributed, nets
 from stepscale.models.batching import AXIS, make_mesh, replicated
 from stepscale.models.config import TrainerConfig
@@ -266,11 +267,12 @@ class Trainer:
         distributed.barrier(f"checkpoint {loop.step}")  # written before anyone goes on
 
     def _restore(self, state: dict[str, Any]) -> tuple[dict[str, Any], LoopState]:
-        """Resume from the latest checkpoint (process 0's listing decides for all)."""
+        """Resume from the newest valid checkpoint (process 0's listing decides for all);
+        a damaged one is skipped for the one before it, with an event saying so."""
         steps = (
             checkpoint.list_steps(self.ckpt_dir) if self.ckpt_dir and self.cfg.train.resume else []
         )
-        latest = distributed.broadcast_int(steps[-1] if steps else -1)
+        latest = distributed.broadcast_int(self._newest_valid(steps))
         if latest < 0:
             return state, LoopState()
         state, host = checkpoint.restore(self.ckpt_dir, latest, state)
@@ -288,6 +290,24 @@ class Trainer:
                     _layout_text(self.layout),
                 )
         return state, LoopState(**host)
+
+    def _newest_valid(self, steps: list[int]) -> int:
+        """The newest of ``steps`` whose checkpoint verifies (-1: none); process 0 checks and
+        says which it skipped (a warning and a ``checkpoint_skipped`` event; the damaged
+        files stay for a look, and a later save at that step replaces them)."""
+        if not distributed.is_leader() or self.ckpt_dir is None:
+            return -1
+        for step in reversed(steps):
+            try:
+                checkpoint.verify(self.ckpt_dir, step)
+                return step
+            except checkpoint.CorruptCheckpoint as exc:
+                log.warning("skipping the checkpoint of step %d: %s", step, exc)
+                if self.run_dir is not None:
+                    record_event(self.run_dir, "checkpoint_skipped", step, error=str(exc))
+        if steps:
+            log.warning("no valid checkpoint left: training starts again at step 0")
+        return -1
 
     def _report(self, step: int, rec: dict[str, Any]) -> Action:
         """Hand a record to the reporter; its answer (process 0's) holds in every process."""

@@ -234,7 +234,7 @@ TRIAL_COORDS = (
 )
 
 # events.jsonl
-EVENT_KEYS = ("event", "step", "time", "host", "job_id", "signal", "error")
+EVENT_KEYS = ("event", "step", "time", "host", "job_id", "signal", "error", "checkpoint")
 
 # ---------------------------------------------------------------------- the crossing
 

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stepscale.events import record_event
 from stepscale.files import read_json, write_json_atomic
 from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STATUS_JSON
 from stepscale.sweeps.errors import signal_name
 from stepscale.sweeps.metrics_file import MalformedRecord, MetricsTail, last_step
-from stepscale.sweeps.trial_events import record_event
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs

@@ -25,6 +25,7 @@ from typing import Any
 import submitit
 
 from stepscale import trainer as contract
+from stepscale.events import record_event
 from stepscale.files import read_json
 from stepscale.reporters import JsonlReporter
 from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, STATUS_JSON, TRAINER_FINAL_STATES
@@ -32,7 +33,6 @@ from stepscale.sweeps.heartbeat import JobHeartbeat
 from stepscale.sweeps.metrics_file import last_step, normalized_records
 from stepscale.sweeps.trainer_status import complete_status
 from stepscale.sweeps.trainers import BUILTIN, COMMAND, import_function
-from stepscale.sweeps.trial_events import record_event
 from stepscale.sweeps.trial_spec import TrialSpec
 from stepscale.sweeps.worker_main import ENV_WORKER
 from stepscale.trainer import Action

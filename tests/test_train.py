@@ -95,6 +95,36 @@ def test_resume_is_bit_identical(tmp_path: Path) -> None:
         np.testing.assert_array_equal(pa[k], pb[k])
 
 
+def _damage(path: Path) -> None:
+    """Overwrite bytes in the middle of a file, as a bad disk or a cut copy leaves it."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = b"\x00" * 64
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damaged", [[16], [8, 16]], ids=["newest", "all"])
+def test_a_damaged_checkpoint_is_skipped_for_the_newest_valid_one(
+    tmp_path: Path, damaged: list[int]
+) -> None:
+    cfg = tiny_gpt(train__max_steps=24, train__checkpoint_every=8, train__keep_checkpoints=3)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(cfg, JsonlReporter(straight), run_dir=straight)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, _CrashAt(JsonlReporter(resumed), 20), run_dir=resumed)
+    for step in damaged:
+        _damage(resumed / "checkpoints" / f"step_{step:09d}" / "arrays.npz")
+    status = train(cfg, JsonlReporter(resumed), run_dir=resumed)
+    events = read_jsonl(resumed / "events.jsonl")
+    assert [(e["event"], e["step"]) for e in events] == [
+        ("checkpoint_skipped", step) for step in reversed(damaged)
+    ]
+    assert "checksum" in events[0]["error"]
+    assert status["resumed_from_step"] == (0 if damaged == [8, 16] else 8)
+    a = without_wall(read_jsonl(straight / "metrics.jsonl"))
+    b = without_wall(read_jsonl(resumed / "metrics.jsonl"))
+    assert a == b  # the same run, from the checkpoint before the damaged one (or from 0)
+
+
 def _losses(cfg) -> tuple[list[float], list[float]]:
     rep = NullReporter()
     train(cfg, rep)

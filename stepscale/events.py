@@ -1,5 +1,7 @@
-"""A trial's ``events.jsonl``: where each run of its job began and why it stopped, across
-retries and requeues (written by the job, read by `sweep status` and the tests)."""
+"""A run's ``events.jsonl``: where each run of a trial's job began and why it stopped,
+across retries and requeues, and what the trainer had to work around on the way (a corrupt
+checkpoint skipped). Written by the job and by the built-in trainer (so it lives with the
+contracts both may import), read by `sweep status`, the report and the tests."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from stepscale.rundir import EVENTS_JSONL
 
 
 def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
-    """Append a job event (start, resume, signal) to ``<trial>/events.jsonl``: where each
-    run of the job began and why it stopped, across retries and requeues."""
+    """Append an event (start, resume, stopped, checkpoint_skipped, …) to
+    ``<folder>/events.jsonl``; a disk that refuses it loses only the event."""
     record = {
         "event": event,
         "step": step,
