@@ -64,6 +64,15 @@ CASES: dict[str, Case] = {
         *SMOKE, "scientific.batch_size.values=[8,0]", says="batch_size=0"
     ),
     "run: unknown launcher": case(*SMOKE, "launcher.name=foo", says="launcher.name"),
+    "run: a queue of trials off SLURM": case(
+        *SMOKE, "launcher.trials_per_job=4", says="launcher.trials_per_job"
+    ),
+    "run: no trial per job": case(
+        *SMOKE, "launcher=slurm", "launcher.trials_per_job=0", says="launcher.trials_per_job"
+    ),
+    "run: a worker's memory limit of 0": case(
+        *SMOKE, "launcher.worker_max_rss_gb=0", says="launcher.worker_max_rss_gb"
+    ),
     "run: --detach without SLURM": case(*SMOKE, "--detach", says="--detach"),
     "run: unknown option": case(*SMOKE, "--bogus", says="--bogus"),
     # sweep run: names are not paths (item 6)
