@@ -224,7 +224,8 @@ def test_a_hung_trial_has_its_worker_killed_and_the_study_goes_on(project: Path)
 def test_killed_and_interrupted_orchestrators_leave_no_worker_and_lose_nothing(
     project: Path,
 ) -> None:
-    args = [*BASE, "trainer.config.sleep_s=0.1"]
+    args = [*BASE, "trainer.config.sleep_s=0.2", "trainer.config.steps=20"]  # 4 s a trial
+    args += ["budget.max_steps=20"]
     run_dir = project / "runs" / "warm"
     first = run_dir / "trials" / "width=1" / "0"
     # 1. SIGKILL of the orchestrator alone: its workers see it gone, checkpoint and end.
@@ -243,7 +244,14 @@ def test_killed_and_interrupted_orchestrators_leave_no_worker_and_lose_nothing(
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert not workers_of(proc.pid)
-    # 3. The same command finishes the exact budget, every trial once.
+    # 3. `sweep stop` from another shell: the running trials checkpoint, the sweep ends.
+    proc = start_sweep(*args, cwd=project)
+    wait_for(lambda: workers_of(proc.pid), 60)  # it runs trials again
+    stop = sweep("stop", str(run_dir), cwd=project)
+    assert stop.returncode == 0, stop.stderr
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "stopped on request" in err, (err, stop.stderr)
+    # 4. The same command finishes the exact budget, every trial once.
     res = sweep(*args, cwd=project)
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "warm", per_point=2, points=2)
@@ -253,7 +261,7 @@ def test_killed_and_interrupted_orchestrators_leave_no_worker_and_lose_nothing(
             steps = [
                 m["step"] for m in read_jsonl(run_dir / "trials" / r["trial"] / "metrics.jsonl")
             ]
-            assert steps == list(range(11)), r["trial"]
+            assert steps == list(range(21)), r["trial"]
     assert any(r.get("interruptions") for rs in trials_of(run_dir).values() for r in rs)
 
 
