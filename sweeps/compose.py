@@ -106,17 +106,22 @@ def _preset_files(overrides: list[str], user: Path | None) -> list[Path]:
     return [f for f in files if f.is_file()]
 
 
-def check_preset_file(path: Path) -> None:
-    """Refuse (`UsageError`, naming the file) a preset that is not UTF-8, not YAML, empty,
-    not a mapping, or without the ``# @package _global_`` header its keys need."""
+def read_preset_text(path: Path) -> str:
+    """A preset file's text; unreadable or not UTF-8 → `UsageError` naming the file."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
         ) from None
+
+
+def check_preset_file(path: Path) -> None:
+    """Refuse (`UsageError`, naming the file) a preset that is not UTF-8, not YAML, empty,
+    not a mapping, or without the ``# @package _global_`` header its keys need."""
+    text = read_preset_text(path)
     try:
         body = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stepscale.sweeps.compose import conf_dir
+from stepscale.sweeps.compose import conf_dir, read_preset_text
 from stepscale.sweeps.errors import UsageError
 
 
 def _describe(path: Path) -> tuple[str, str]:
     """(kind, one-line description) of a preset file: its first comment line after the
     package header; studies declare `scientific:`. Unreadable → `UsageError` naming it."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(
-            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
-        ) from None
+    text = read_preset_text(path)
     kind = "study" if "\nscientific:" in text else "train"
     for line in text.splitlines():
         if line.startswith("#") and "@package" not in line:

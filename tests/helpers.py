@@ -4,6 +4,9 @@ a study's trials (trial.json and Optuna's) with the exact-budget check."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -132,3 +135,33 @@ def wait_for(predicate: Any, timeout: float = 120.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+SWEEP = str(Path(sys.executable).with_name("sweep"))
+
+
+def user_env() -> dict[str, str]:
+    """The environment a user's shell has: no test-only XLA flags (the fake devices)."""
+    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+
+def run_sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The real `sweep` console script, to its end."""
+    return subprocess.run(
+        [SWEEP, *args], cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_sweep(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """The real `sweep` console script in its own process group (a kill of the group takes
+    its workers and trainers along)."""
+    return subprocess.Popen(
+        [SWEEP, *args], cwd=cwd, env=user_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def reported(folder: Path, step: int) -> bool:
+    """Has the trial in ``folder`` recorded ``step`` (or a later one) in metrics.jsonl?"""
+    path = folder / "metrics.jsonl"
+    return path.exists() and any(r["step"] >= step for r in read_jsonl(path))

@@ -9,18 +9,24 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import pytest
-from helpers import assert_exact_budget, optuna_trials, read_jsonl, trials_of, wait_for
+from helpers import (
+    assert_exact_budget,
+    optuna_trials,
+    read_jsonl,
+    reported,
+    run_sweep,
+    start_sweep,
+    trials_of,
+    wait_for,
+)
 
 from stepscale import rundir
 from stepscale.sweeps.journal import open_journal
-
-SWEEP = str(Path(sys.executable).with_name("sweep"))
 
 # A trainer that counts its steps in a checkpoint file, reports a loss that falls with the
 # learning rate, sleeps ``sleep_s`` a step (time to be killed), and crashes once at step
@@ -75,28 +81,6 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "conf" / "faulty.yaml").write_text(STUDY)
     (tmp_path / "train.py").write_text(TRAINER)
     return tmp_path
-
-
-def sweep(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real console script."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return subprocess.run(
-        [SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def start_sweep(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    """`sweep` in its own process group (a kill takes its trainers along)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return subprocess.Popen(
-        [SWEEP, *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
 
 
 def wait_while_running(proc: subprocess.Popen[str], predicate, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -226,7 +210,7 @@ def test_an_orchestrator_kill_and_a_torn_journal_cost_no_retry_and_no_trial(
     journal = run_dir / rundir.JOURNAL
     data = journal.read_bytes()
     journal.write_bytes(data[: len(data) - 1 - len(data.rstrip(b"\n").rsplit(b"\n", 1)[1]) // 2])
-    res = sweep(*args, cwd=project)
+    res = run_sweep(*args, cwd=project)
     assert res.returncode == 0, res.stderr
     assert "record cut short" in res.stderr
     assert_exact_budget(run_dir, "faulty", per_point=3, points=2)
@@ -252,11 +236,6 @@ ONE_TRIAL = [
 ]  # fmt: skip
 
 
-def _reported(folder: Path, step: int) -> bool:
-    path = folder / rundir.METRICS_JSONL
-    return path.exists() and any(r["step"] >= step for r in read_jsonl(path))
-
-
 @pytest.mark.slow
 def test_sigterm_stops_the_orchestrator_as_ctrl_c_does_and_the_study_resumes(
     project: Path,
@@ -267,7 +246,7 @@ def test_sigterm_stops_the_orchestrator_as_ctrl_c_does_and_the_study_resumes(
     proc = start_sweep(*ONE_TRIAL, *pruner, cwd=project)
     run_dir = project / "runs" / "faulty"
     trial = run_dir / "trials" / "width=1" / "0"
-    wait_while_running(proc, lambda: _reported(trial, 3))
+    wait_while_running(proc, lambda: reported(trial, 3))
     proc.send_signal(signal.SIGTERM)  # the orchestrator's pid alone, as a cluster does
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -276,7 +255,7 @@ def test_sigterm_stops_the_orchestrator_as_ctrl_c_does_and_the_study_resumes(
     assert record["state"] == "stopped", record  # checkpointed, resumes next time
     run = json.loads((run_dir / rundir.RUN_JSON).read_text())
     assert run["sessions"][-1]["ended"] is not None and run["ended"] is None
-    res = sweep(*ONE_TRIAL, *pruner, cwd=project)
+    res = run_sweep(*ONE_TRIAL, *pruner, cwd=project)
     assert res.returncode == 0, res.stderr
     record = json.loads((trial / rundir.TRIAL_JSON).read_text())
     assert record["state"] == "complete" and record["attempts"] == 1, record
@@ -298,7 +277,7 @@ def test_sigint_to_the_orchestrator_alone_records_a_trial_that_finished_as_finis
     proc = start_sweep(*ONE_TRIAL, "trainer.config.ignore_term=1", cwd=project)
     run_dir = project / "runs" / "faulty"
     trial = run_dir / "trials" / "width=1" / "0"
-    wait_while_running(proc, lambda: _reported(trial, 3))
+    wait_while_running(proc, lambda: reported(trial, 3))
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -324,7 +303,7 @@ def test_trial_folders_left_behind_by_a_failed_write_are_repaired_from_the_stora
         "run", "conf=faulty", "--config-dir", ".", "scientific.width.path=crash_at",
         "scientific.width.values=[0,3]", "budget.trials_per_point=1", "retries=0",
     ]  # fmt: skip
-    assert sweep(*args, cwd=project).returncode == 0
+    assert run_sweep(*args, cwd=project).returncode == 0
     run_dir = project / "runs" / "faulty"
     folders = {p.parent.parent.name: p.parent for p in run_dir.glob("trials/*/0/trial.json")}
     assert json.loads((folders["width=3"] / rundir.TRIAL_JSON).read_text())["state"] == "failed"
@@ -337,12 +316,12 @@ def test_trial_folders_left_behind_by_a_failed_write_are_repaired_from_the_stora
         for name in (rundir.JOB_HEARTBEAT, rundir.ORCH_HEARTBEAT, ".trial.json.1.2.tmp"):
             (folder / name).write_text("{}")
         (folder / rundir.CHECKPOINTS_DIR).mkdir()
-    status = json.loads(sweep("status", str(run_dir), "--json", cwd=project).stdout)
+    status = json.loads(run_sweep("status", str(run_dir), "--json", cwd=project).stdout)
     assert sum(p["running"] for p in status["points"]) == 2  # what the folders say
 
-    res = sweep(*args, cwd=project)  # the same command: nothing to run, folders repaired
+    res = run_sweep(*args, cwd=project)  # the same command: nothing to run, folders repaired
     assert res.returncode == 0, res.stderr
-    status = json.loads(sweep("status", str(run_dir), "--json", cwd=project).stdout)
+    status = json.loads(run_sweep("status", str(run_dir), "--json", cwd=project).stdout)
     states = {p["point"]: (p["complete"], p["failed"], p["running"]) for p in status["points"]}
     assert states == {"width=0": (1, 0, 0), "width=3": (0, 1, 0)}, status
     assert status["finished"] is True, status
@@ -409,14 +388,14 @@ def test_a_full_disk_names_the_file_loses_nothing_and_the_study_goes_on_after(
     finally:
         os.close(fd)
     run = [*ONE_TRIAL[:-1], f"run_dir={small_disk / 'run'}"]
-    res = sweep(*run, cwd=project)
+    res = run_sweep(*run, cwd=project)
     assert res.returncode == 1, res.stderr
     message = res.stderr.strip()
     assert "Traceback" not in message and "\n" not in message, message
     assert f"disk full writing {small_disk / 'run'}/" in message, message
     assert "nothing saved was lost" in message
     filler.unlink()  # space again: the same command runs the study
-    res = sweep(*run, cwd=project)
+    res = run_sweep(*run, cwd=project)
     assert res.returncode == 0, res.stderr
     assert_exact_budget(small_disk / "run", "faulty", per_point=1, points=1)
 
@@ -468,7 +447,7 @@ def test_a_run_dir_made_unwritable_mid_study_ends_with_a_message_and_resumes(
     run = [*ONE_TRIAL, "budget.trials_per_point=2", "retries=0"]
     proc = start_sweep(*run, cwd=project)
     try:
-        wait_while_running(proc, lambda: _reported(run_dir / "trials" / "width=1" / "0", 3))
+        wait_while_running(proc, lambda: reported(run_dir / "trials" / "width=1" / "0", 3))
         _immutable(run_dir, True)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -479,6 +458,6 @@ def test_a_run_dir_made_unwritable_mid_study_ends_with_a_message_and_resumes(
     message = err.strip().splitlines()[-1]
     assert message.startswith("sweep: error: cannot write there: Operation not permitted ("), err
     assert "Traceback" not in err, err
-    res = sweep(*run, cwd=project)  # writable again: the same command finishes the study
+    res = run_sweep(*run, cwd=project)  # writable again: the same command finishes the study
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "faulty", per_point=2, points=1)

@@ -9,17 +9,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_exact_budget, read_jsonl, trials_of, wait_for, without_wall
+from helpers import (
+    assert_exact_budget,
+    read_jsonl,
+    reported,
+    run_sweep,
+    start_sweep,
+    trials_of,
+    wait_for,
+    without_wall,
+)
 
 from stepscale import rundir
 
-SWEEP = str(Path(sys.executable).with_name("sweep"))
 WORKER = "stepscale.sweeps.worker_main"
 
 # A Python-function trainer: it runs inside the warm worker. Steps sleep ``sleep_s``; it
@@ -83,25 +89,6 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-
-
-def sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The real console script."""
-    return subprocess.run(
-        [SWEEP, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
-
-
-def start_sweep(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    """`sweep` in its own process group."""
-    return subprocess.Popen(
-        [SWEEP, *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-
-
 def workers_of(pid: int | None = None) -> list[int]:
     """Warm worker processes (of the orchestrator ``pid``, or of anyone)."""
     found = []
@@ -127,12 +114,6 @@ def job_pids(run_dir: Path) -> dict[str, int]:
     }
 
 
-def reported(folder: Path, step: int) -> bool:
-    """Has the trial in ``folder`` reported ``step`` yet?"""
-    path = folder / rundir.METRICS_JSONL
-    return path.exists() and any(r["step"] >= step for r in read_jsonl(path))
-
-
 # ------------------------------------------------------------------- same numbers
 
 
@@ -148,7 +129,7 @@ def test_warm_workers_give_the_trials_and_numbers_of_a_process_per_trial(
     ]  # fmt: skip
     runs = {}
     for launcher in ("local", "process"):
-        res = sweep(*args, f"launcher={launcher}", f"run_dir={launcher}", cwd=tmp_path)
+        res = run_sweep(*args, f"launcher={launcher}", f"run_dir={launcher}", cwd=tmp_path)
         assert res.returncode == 0, res.stderr
         runs[launcher] = tmp_path / launcher
     warm, fresh = (
@@ -213,7 +194,7 @@ def test_a_hung_trial_has_its_worker_killed_and_the_study_goes_on(project: Path)
         *BASE, "scientific.width.values=[1]", "parallelism=1", "retries=0",
         "heartbeat_timeout_s=11", "trainer.config.hang_at=2",
     ]  # fmt: skip
-    res = sweep(*args, cwd=project)
+    res = run_sweep(*args, cwd=project)
     assert res.returncode == 0, res.stderr
     records = trials_of(project / "runs" / "warm")["width=1"]
     assert [r["state"] for r in records] == ["failed", "failed"], records
@@ -247,12 +228,12 @@ def test_killed_and_interrupted_orchestrators_leave_no_worker_and_lose_nothing(
     # 3. `sweep stop` from another shell: the running trials checkpoint, the sweep ends.
     proc = start_sweep(*args, cwd=project)
     wait_for(lambda: workers_of(proc.pid), 60)  # it runs trials again
-    stop = sweep("stop", str(run_dir), cwd=project)
+    stop = run_sweep("stop", str(run_dir), cwd=project)
     assert stop.returncode == 0, stop.stderr
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "stopped on request" in err, (err, stop.stderr)
     # 4. The same command finishes the exact budget, every trial once.
-    res = sweep(*args, cwd=project)
+    res = run_sweep(*args, cwd=project)
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "warm", per_point=2, points=2)
     for rs in trials_of(run_dir).values():
@@ -270,11 +251,11 @@ def test_workers_are_replaced_after_their_share_of_trials_or_above_their_memory(
     project: Path,
 ) -> None:
     one = [*BASE, "parallelism=1", "budget.trials_per_point=3"]  # 6 trials, one at a time
-    res = sweep(*one, "launcher.worker_max_trials=2", "run_dir=runs/share", cwd=project)
+    res = run_sweep(*one, "launcher.worker_max_trials=2", "run_dir=runs/share", cwd=project)
     assert res.returncode == 0, res.stderr
     pids = job_pids(project / "runs" / "share")
     assert len(set(pids.values())) == 3, pids  # two trials each
-    res = sweep(*one, "launcher.worker_max_rss_gb=0.001", "run_dir=runs/rss", cwd=project)
+    res = run_sweep(*one, "launcher.worker_max_rss_gb=0.001", "run_dir=runs/rss", cwd=project)
     assert res.returncode == 0, res.stderr
     pids = job_pids(project / "runs" / "rss")
     assert len(set(pids.values())) == 6, pids  # every worker grew past 1 MB: one trial each
