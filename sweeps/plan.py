@@ -70,8 +70,10 @@ def plan_points(
 
 class _Progress:
     """Says how far the check of a large grid has come (once it has taken a few seconds),
-    so a long silence before the first trial or the dry run's plan is explained."""
+    so a long silence before the first trial or the dry run's plan is explained. The clock
+    starts after the first point, whose check includes the trainer's imports."""
 
+    MIN_POINTS = 20  # a small grid is checked in the time the imports take: nothing to say
     AFTER_S = 2.0  # quiet for grids checked faster than this
     EVERY_S = 5.0
 
@@ -81,9 +83,13 @@ class _Progress:
         self.last = 0.0
 
     def show(self, done: int) -> None:
+        if done == 1:
+            self.start = time.monotonic()
         now = time.monotonic() - self.start
         final = done == self.total
-        if now < self.AFTER_S or (not final and now - self.last < self.EVERY_S):
+        if self.total < self.MIN_POINTS or now < self.AFTER_S:
+            return
+        if not final and now - self.last < self.EVERY_S:
             return
         if final and self.last == 0.0:
             return  # never said anything: nothing to close

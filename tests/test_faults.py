@@ -412,6 +412,7 @@ def test_a_long_check_of_a_large_grid_says_how_far_it_has_come(
     monkeypatch.chdir(project)
     monkeypatch.setattr(plan._Progress, "AFTER_S", 0.0)  # as if every check were slow
     monkeypatch.setattr(plan._Progress, "EVERY_S", 0.0)
+    monkeypatch.setattr(plan._Progress, "MIN_POINTS", 10)
     values = ",".join(str(v) for v in range(1, 41))
     code = main(
         [
@@ -425,7 +426,7 @@ def test_a_long_check_of_a_large_grid_says_how_far_it_has_come(
     )
     assert code == 0
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "checking every point" in ln]
-    assert len(lines) == 41 and "40 of 40 points" in lines[-1], lines
+    assert len(lines) >= 20 and "40 of 40 points" in lines[-1], lines  # as it goes, to the end
 
 
 def _immutable(run_dir: Path, on: bool) -> None:
