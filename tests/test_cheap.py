@@ -19,7 +19,7 @@ from stepscale.analysis.load import load
 from stepscale.analysis.replay import ReplayError, parse_protocol, replay
 from stepscale.sweeps.cli import main
 from stepscale.sweeps.schema import NuisanceParam, ScientificParam, StudyConfig
-from stepscale.sweeps.space import build_space
+from stepscale.sweeps.space import Point, build_space
 from stepscale.sweeps.transfer import TransferRun, bisection_order
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_transfer_enqueues_the_predicted_optimal_lr(tmp_path: Path) -> None:
     }
     b16, b64, b256 = space.points
 
-    def trials_of(p):  # noqa: ANN001, ANN202
+    def trials_of(p: Point) -> list[optuna.trial.FrozenTrial]:
         return studies[p.label].get_trials(deepcopy=False)
 
     run = TransferRun(cfg, tmp_path)
