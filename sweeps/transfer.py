@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import optuna.distributions as od
@@ -45,6 +45,9 @@ from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Nuisance, Point, SearchSpace
 from stepscale.sweeps.trials import now_iso
+
+if TYPE_CHECKING:
+    from stepscale.analysis.fits.transfer import Prediction
 
 SCHEMA = "stepscale.transfer/v1"
 TrialsOf = Callable[[Point], list[FrozenTrial]]
@@ -123,30 +126,42 @@ class TransferRun:
     def _group(self, point: Point) -> tuple[tuple[str, str], ...]:
         return tuple((k, repr(v)) for k, v in point.values.items() if k != self.batch)
 
-    def _ranked(self, points: tuple[Point, ...], point: Point) -> list[Point]:
-        """The points of ``point``'s group in bisection order."""
-        group = [p for p in points if self._group(p) == self._group(point)]
-        group.sort(key=lambda p: (float(p.values[self.batch]), p.index))
-        order = bisection_order([float(p.values[self.batch]) for p in group])
-        return [group[i] for i in order]
+    def orders(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
+        """Point label → the points of its group in bisection order (computed once for
+        all points: a grid of many groups stays cheap to serve)."""
+        groups: dict[tuple[tuple[str, str], ...], list[Point]] = {}
+        for p in points:
+            groups.setdefault(self._group(p), []).append(p)
+        out: dict[str, list[Point]] = {}
+        for group in groups.values():
+            group.sort(key=lambda p: (float(p.values[self.batch]), p.index))
+            ranked = [
+                group[i] for i in bisection_order([float(p.values[self.batch]) for p in group])
+            ]
+            out.update({p.label: ranked for p in ranked})
+        return out
 
     def rank(self, points: tuple[Point, ...], point: Point) -> int:
         """Where ``point`` comes in its group's order (0 and 1: the anchors)."""
-        return [p.label for p in self._ranked(points, point)].index(point.label)
+        return [p.label for p in self.orders(points)[point.label]].index(point.label)
 
     def serving(self, points: tuple[Point, ...], trials_of: TrialsOf) -> dict[str, Any]:
         """The order and readiness `sweeps.budget.pick_point` serves points by."""
+        orders = self.orders(points)
+        rank = {label: [p.label for p in ranked].index(label) for label, ranked in orders.items()}
         return {
-            "order": lambda p: self.rank(points, p),
-            "ready": lambda p: self.ready(points, p, trials_of),
+            "order": lambda p: rank[p.label],
+            "ready": lambda p: self._ready(orders[p.label], p, trials_of),
         }
 
     def ready(self, points: tuple[Point, ...], point: Point, trials_of: TrialsOf) -> bool:
         """Whether ``point`` may be served: it has started already, is an anchor, or every
         point before it in its group's order has finished."""
+        return self._ready(self.orders(points)[point.label], point, trials_of)
+
+    def _ready(self, ranked: list[Point], point: Point, trials_of: TrialsOf) -> bool:
         if any(t.state != TrialState.WAITING for t in trials_of(point)):
             return True
-        ranked = self._ranked(points, point)
         i = [p.label for p in ranked].index(point.label)
         return i < 2 or all(point_finished(trials_of(p), self.cfg) for p in ranked[:i])
 
@@ -188,7 +203,7 @@ class TransferRun:
         rec = self._record()
         if point.label in rec["points"]:
             return
-        ranked = self._ranked(space.points, point)
+        ranked = self.orders(space.points)[point.label]
         rank = [p.label for p in ranked].index(point.label)
         entry: dict[str, Any] = {"rank": rank, "decided": now_iso(), "ranges": {}}
         sources = [
@@ -230,7 +245,7 @@ class TransferRun:
 
     def _predict(
         self, space: SearchSpace, point: Point, sources: list[Point], trials_of: TrialsOf
-    ) -> Any:
+    ) -> Prediction | None:
         from stepscale.analysis.fits.transfer import TrialObservation, predict_nuisance
 
         obs = []
