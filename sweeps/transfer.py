@@ -78,6 +78,11 @@ def check_transfer(cfg: StudyConfig) -> None:
             f"sampler.transfer_width: must be > 1 (the narrowed LR range spans this factor "
             f"either side of the prediction), got {cfg.sampler.transfer_width}"
         )
+    if cfg.sampler.name == "grid":
+        raise UsageError(
+            "sampler.transfer: not with sampler=grid (a predicted value and a narrowed range "
+            "are not points of the grid); choose tpe, qmc, random or gp"
+        )
     if batch_alias(cfg) is None:
         raise UsageError(
             f"sampler.transfer: predicts each point from the batch sizes already tuned, so "

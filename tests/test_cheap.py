@@ -252,6 +252,10 @@ def test_transfer_and_deadline_settings_are_checked(capsys: pytest.CaptureFixtur
         == 2
     )
     assert "sampler.transfer_width: must be > 1" in capsys.readouterr().err
+    assert (
+        main(["run", "conf=smoke", "sampler.transfer=true", "sampler.name=grid", "--dry-run"]) == 2
+    )
+    assert "sampler.transfer: not with sampler=grid" in capsys.readouterr().err
     assert main(["run", "conf=smoke", "pruner.name=deadline", "--dry-run"]) == 2
     assert "objective.stop_at_target=true" in capsys.readouterr().err
 
