@@ -14,7 +14,9 @@ import optuna
 import pytest
 from run_dirs import Spec, make_run_dir
 
+from stepscale.analysis.analyze import analyze
 from stepscale.analysis.fits.design import initial_batches, next_batch
+from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import load
 from stepscale.analysis.replay import ReplayError, parse_protocol, replay
 from stepscale.sweeps.cli import main
@@ -304,3 +306,26 @@ def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Pa
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((run / "adaptive.json").read_text()) == record
     assert len(list((run / "trials").glob("*/*/trial.json"))) == 4
+
+
+def test_health_checks_flag_an_optimum_at_a_range_edge_and_too_few_batch_sizes_above(
+    synthetic: Path, tmp_path: Path
+) -> None:
+    ds = load(synthetic)
+    space = json.loads((synthetic / "space.json").read_text())
+    rep = replay(ds, ["random:2", "random:4"], draws=20)
+    checks = {c.name: c for c in health_checks(analyze(ds), ds, space, rep)}
+    assert all(c.ok for c in checks.values()), checks
+    # B_crit = 128 has 3 fitted batch sizes on either side; η* is inside [1e-5, 1].
+    assert "3 fitted batch size(s) below" in checks["batch sizes around B_crit"].message
+    # η*(1024) = 1e-3·8 = 0.008: with a range ending there, that optimum is at its edge.
+    lr = next(p for p in space["parameters"] if p["name"] == "lr")
+    lr["high"] = 0.008
+    checks = {c.name: c for c in health_checks(analyze(ds), ds, space, rep)}
+    edge = checks["range edge"]
+    assert not edge.ok and "batch_size=1024: best lr = 0.008 is at the high end" in edge.message
+    # Batch sizes only up to 128 leave at most one above B_crit ≈ 128.
+    few = load(make_run_dir(tmp_path / "few", Spec(batches=(16, 32, 64, 128))))
+    checks = {c.name: c for c in health_checks(analyze(few), few)}
+    around = checks["batch sizes around B_crit"]
+    assert not around.ok and "too few above B_crit" in around.message
