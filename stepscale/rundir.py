@@ -8,6 +8,7 @@ people. This module imports nothing of the project, so every side may import it.
 ```
 RUN_DIR/
   config.yaml  space.json  study.json  run.json  study.journal  stop.json
+  adaptive.json  transfer.json
   orchestrators/  orchestrator/  jobs/
   trials/<point label>/<n>/
       config.yaml  config.json  trial.json  status.json  metrics.jsonl  events.jsonl  control.json
@@ -40,6 +41,8 @@ ORCHESTRATOR_DIR = "orchestrator"  # the --detach orchestrator job's files (JOB_
 ORCHESTRATORS_DIR = "orchestrators"  # one heartbeat file per live orchestrator
 RUN_LOCK = ".orchestrator.lock"  # held while an orchestrator opens or changes the study
 STOP_JSON = "stop.json"  # written by `sweep stop`
+ADAPTIVE_JSON = "adaptive.json"  # adaptive batch sizes: each point added and why
+TRANSFER_JSON = "transfer.json"  # transfer between points: each point's predicted start
 JOB_JSON = "job.json"
 
 TRIAL_JSON = "trial.json"  # the orchestrator's record of a trial (TRIAL_KEYS)

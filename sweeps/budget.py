@@ -49,20 +49,27 @@ def needs(budget: BudgetConfig, trials: list[FrozenTrial]) -> str | None:
 
 
 def pick_point(
-    points: Sequence[Point], trials_of: TrialsOf, budget: BudgetConfig
+    points: Sequence[Point],
+    trials_of: TrialsOf,
+    budget: BudgetConfig,
+    order: Callable[[Point], int] | None = None,
+    ready: Callable[[Point], bool] | None = None,
 ) -> tuple[Point, str] | None:
     """The point with the fewest trials that still needs one (ties: grid order), and the
-    kind of trial it needs."""
-    best: tuple[int, int, Point, str] | None = None
+    kind of trial it needs. With ``order`` (transfer between points, `sweeps.transfer`)
+    points are served in that order first, and only those ``ready`` says may start."""
+    best: tuple[tuple[int, ...], Point, str] | None = None
     for point in points:
         trials = trials_of(point)
         kind = needs(budget, trials)
-        if kind is None:
+        if kind is None or (ready is not None and not ready(point)):
             continue
         key = (len([t for t in trials if t.state != TrialState.WAITING]), point.index)
-        if best is None or key < best[:2]:
-            best = (*key, point, kind)
-    return (best[2], best[3]) if best else None
+        if order is not None:
+            key = (order(point), *key)
+        if best is None or key < best[0]:
+            best = (key, point, kind)
+    return (best[1], best[2]) if best else None
 
 
 def all_done(points: Sequence[Point], trials_of: TrialsOf, budget: BudgetConfig) -> bool:

@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     from stepscale.analysis.report_cli import add_report_command
 
     add_report_command(sub)
+    from stepscale.analysis.replay_cli import add_replay_command
+
+    add_replay_command(sub)
     try:
         from stepscale.analysis.fit_cli import add_fit_commands
     except ImportError:  # analysis not available in a trimmed install
@@ -118,6 +121,17 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         except MemoryError:
             return _out_of_memory("the report", "run it on a machine with more memory")
         print(json.dumps(result, indent=2, sort_keys=True, default=str))
+        return 0
+    if args.command == "replay":
+        import json
+
+        from stepscale.analysis.replay_cli import ReplayInputError, run_replay
+
+        try:
+            result = run_replay(args)
+        except ReplayInputError as exc:
+            raise UsageError(str(exc)) from None
+        print(json.dumps(result, indent=2, sort_keys=True, allow_nan=False))
         return 0
     if args.command in ("export", "import"):
         from stepscale.sweeps.formats.cli import run_export, run_import

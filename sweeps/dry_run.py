@@ -32,6 +32,16 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
         f"  sampler {plan['sampler']}, pruner {plan['pruner']}, launcher {plan['launcher']}, parallelism {plan['parallelism']}"
     )
     print(f"  run dir {run_dir}, storage {storage.display()}")
+    if plan.get("transfer"):
+        print("  transfer between points: each point after the two ends starts from a prediction")
+    adaptive = plan.get("adaptive")
+    if adaptive:
+        print(
+            f"  adaptive batch sizes: the points below, then up to {adaptive['max_points']} in "
+            f"all from {', '.join(adaptive['candidates'])} (stops once the B_crit interval "
+            f"is within a factor {adaptive['ci_ratio']:g}): at most "
+            f"{adaptive['max_trials']} trials, {adaptive['max_budget_steps']} steps"
+        )
     print(f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}")
     for p in plan["points"]:
         print(

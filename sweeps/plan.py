@@ -37,11 +37,13 @@ def plan_points(
     cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec
 ) -> dict[str, dict[str, Any]]:
     """Validate every point's trainer config (the trainer's ``validate``, at the ends of
-    the nuisance ranges); returns per-point horizons and sizes."""
+    the nuisance ranges), and every batch size an adaptive study may add; returns per-point
+    horizons and sizes."""
     check = _validator(trainer, here=cfg.launcher.name != "slurm")
     out = {}
-    progress = _Progress(len(space.points))
-    for done, point in enumerate(space.points):
+    every = (*space.points, *space.candidates)  # candidates: batch sizes it may add
+    progress = _Progress(len(every))
+    for done, point in enumerate(every):
         progress.show(done)
         plans = []
         for values in range_ends(space, point):
@@ -64,7 +66,7 @@ def plan_points(
         out[point.label] = _sizes(cfg, point.label, plans[0])
         if trainer.kind != BUILTIN and out[point.label]["examples_per_step"] is None:
             out[point.label]["examples_per_step"] = _batch_examples(cfg, point)
-    progress.show(len(space.points))
+    progress.show(len(every))
     return out
 
 
@@ -187,6 +189,28 @@ def plan_summary(
         "pruner": cfg.pruner.name,
         "launcher": cfg.launcher.name,
         "parallelism": cfg.parallelism,
+        "transfer": cfg.sampler.transfer,
+        "adaptive": _adaptive_plan(cfg, space, sizes, trials),
+    }
+
+
+def _adaptive_plan(
+    cfg: StudyConfig, space: SearchSpace, sizes: dict[str, dict[str, Any]], trials: int
+) -> dict[str, Any] | None:
+    """What an adaptive axis may add to the points listed (None without one): its
+    candidates, and the most it may run (its longest candidates added)."""
+    axis = next((a for a in cfg.scientific.values() if a.adaptive.enabled), None)
+    if axis is None:
+        return None
+    more = max(0, axis.adaptive.max_points - len(space.points))
+    longest = sorted((sizes[p.label]["horizon_steps"] for p in space.candidates), reverse=True)
+    now = sum(sizes[p.label]["horizon_steps"] for p in space.points) * trials
+    return {
+        "candidates": [p.label for p in space.candidates],
+        "max_points": axis.adaptive.max_points,
+        "ci_ratio": axis.adaptive.ci_ratio,
+        "max_trials": trials * min(axis.adaptive.max_points, len(space.points) + len(longest)),
+        "max_budget_steps": now + trials * sum(longest[:more]),
     }
 
 

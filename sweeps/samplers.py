@@ -18,7 +18,7 @@ from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import PrunerConfig, SamplerConfig
 
 SAMPLERS = ("tpe", "qmc", "random", "grid", "gp")
-PRUNERS = ("none", "median", "successive_halving", "hyperband")
+PRUNERS = ("none", "median", "successive_halving", "hyperband", "deadline")
 
 
 def derived_seed(*parts: Any) -> int:
@@ -113,12 +113,19 @@ def check_pruner(cfg: PrunerConfig) -> None:
         raise UsageError(f"pruner.name: unknown {cfg.name!r}; choose one of {', '.join(PRUNERS)}")
     if cfg.reduction_factor < 2:
         raise UsageError(f"pruner.reduction_factor: must be ≥ 2, got {cfg.reduction_factor}")
+    if not cfg.deadline_factor >= 1:
+        raise UsageError(
+            f"pruner.deadline_factor: must be ≥ 1 (a trial is stopped after this many times "
+            f"its point's fewest steps to target), got {cfg.deadline_factor}"
+        )
 
 
 def make_pruner(cfg: PrunerConfig, horizon: int | None) -> optuna.pruners.BasePruner:
     """The pruner; resources are optimizer steps."""
     if cfg.name == "none":
         return optuna.pruners.NopPruner()
+    if cfg.name == "deadline":
+        return DeadlinePruner(cfg.deadline_factor, horizon)
     if cfg.name == "median":
         return optuna.pruners.MedianPruner(
             n_startup_trials=cfg.n_startup_trials, n_warmup_steps=cfg.n_warmup_steps
@@ -133,3 +140,29 @@ def make_pruner(cfg: PrunerConfig, horizon: int | None) -> optuna.pruners.BasePr
         max_resource=horizon or "auto",
         reduction_factor=cfg.reduction_factor,
     )
+
+
+class DeadlinePruner(optuna.pruners.BasePruner):
+    """Stop a trial once it has trained ``factor`` × the fewest steps to target of any
+    complete trial of its point (what Optuna was told: a reached target's step; a value
+    above the horizon means not reached). Such a trial cannot become the point's steps to
+    result, so with ``factor`` ≥ 1 the steps to result of the study are those it would
+    have had without pruning; only what the sampler learns from the stopped trials
+    differs. Used with ``stop_at_target`` (a trial that reaches the target ends there)."""
+
+    def __init__(self, factor: float, horizon: int | None) -> None:
+        self.factor = float(factor)
+        self.horizon = horizon
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        """Whether ``trial`` has passed its point's deadline."""
+        step = trial.last_step
+        if step is None:
+            return False
+        limit = self.horizon if self.horizon is not None else float("inf")
+        reached = [
+            t.value
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.value is not None and t.value <= limit
+        ]
+        return bool(reached) and step > self.factor * min(reached)

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from stepscale.files import read_json
 from stepscale.rundir import FAILED, JOBS_DIR, LOGS_DIR, RUNNING, STOPPED, TRIAL_JSON, trial_dir
 from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcomes
+from stepscale.sweeps.adaptive import AdaptiveRun
 from stepscale.sweeps.job import TrialJob
 from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher, QueuedTrialHandle
 from stepscale.sweeps.point_stats import PointStats, point_stats
@@ -38,6 +39,7 @@ from stepscale.sweeps.signals import StopRequest
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
 from stepscale.sweeps.trainers import TrainerSpec
+from stepscale.sweeps.transfer import TransferRun
 from stepscale.sweeps.trial_records import adopted_record, jsonable, trial_record
 from stepscale.sweeps.trials import (
     TrialSpec,
@@ -110,6 +112,11 @@ class Scheduler:
         self.started = time.time()
         self.lock = RunLock(run_dir)
         self.running: dict[int, Running] = {}  # trial_id -> job
+        # Cheaper studies: transfer between points, adaptive batch sizes (None when off).
+        self.transfer = TransferRun.of(cfg, run_dir)
+        self.adaptive = AdaptiveRun.of(cfg, run_dir)
+        if self.adaptive is not None:
+            self.space = space = self.adaptive.restore(space)
         with self.lock:  # two orchestrators creating one study at once would collide
             self.studies = {p.label: self._study(p) for p in space.points}
         self.told = 0
@@ -132,6 +139,8 @@ class Scheduler:
         return self.studies[point.label].get_trials(deepcopy=False)
 
     def _finished(self) -> bool:
+        if self._grow():
+            return False
         return not self.running and budget.all_done(
             self.space.points, self._trials, self.cfg.budget
         )
@@ -141,6 +150,10 @@ class Scheduler:
         study = self.studies[point.label]
         dists = self.space.distributions(point.label)
         trials = self._trials(point)
+        if self.transfer is not None:  # a point's first trial: the predicted optimum
+            if kind == "tune" and all(t.state == TrialState.WAITING for t in trials):
+                self.transfer.start(self.space, point, study, self._trials, self.run_dir)
+            dists = self.transfer.distributions(point.label, dists)
         if kind == "confirm":
             tune = [t for t in trials if t.user_attrs.get("kind", "tune") == "tune"]
             best = budget.best_tune(tune)
@@ -258,6 +271,18 @@ class Scheduler:
             settings=settings,
             sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
         )
+
+    def _grow(self) -> bool:
+        """Adaptive batch sizes: decide once every point has finished; points added (by
+        this or another orchestrator) get their Optuna study. Returns whether any was."""
+        if self.adaptive is None:
+            return False
+        with self.lock:
+            self.space = self.adaptive.grow(self.space, self._trials)
+            added = [p for p in self.space.points if p.label not in self.studies]
+            for p in added:
+                self.studies[p.label] = self._study(p)
+        return bool(added)
 
     # ------------------------------------------------------------- finish
     def _reap(self) -> None:
@@ -431,6 +456,7 @@ class Scheduler:
         self.launcher.refresh()
         self._reap()
         self._adopt()
+        self._grow()
         # On SLURM, trials asked in one pass are submitted together, as one job array, and
         # with trials_per_job > 1 several trials of one point go as one job.
         together = self.cfg.launcher.name == "slurm"
@@ -445,7 +471,14 @@ class Scheduler:
                 if self.signals.signum is not None:
                     break  # stopping: submit nothing more
                 with self.lock:
-                    choice = budget.pick_point(self.space.points, self._trials, self.cfg.budget)
+                    serving = (
+                        self.transfer.serving(self.space.points, self._trials)
+                        if self.transfer is not None
+                        else {}
+                    )
+                    choice = budget.pick_point(
+                        self.space.points, self._trials, self.cfg.budget, **serving
+                    )
                     if choice is None:
                         break
                     point, kind = choice

@@ -19,11 +19,35 @@ __all__ = ["QUANTITIES"]
 
 
 @dataclass
+class AdaptiveAxis:
+    """Adaptive batch sizes (`stepscale.sweeps.adaptive`): the candidates are
+    low·ratio^k up to high; the study starts with ``initial`` of them spread in log B,
+    fits S(B) after each finished point and adds the candidate that most narrows the
+    B_crit interval, until ``max_points`` or an interval within a factor ``ci_ratio``.
+    Off (the axis has ``values``) while low and high are unset."""
+
+    low: float | None = None
+    high: float | None = None
+    max_points: int = 5
+    initial: int = 3
+    ratio: float = 2.0
+    ci_ratio: float = 2.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the axis is adaptive (low or high given)."""
+        return self.low is not None or self.high is not None
+
+
+@dataclass
 class ScientificParam:
     """A grid axis: every combination of the axes' values is a point."""
 
     path: str = "???"  # trainer key, e.g. data.global_batch
     values: list[Any] = field(default_factory=list)
+    # instead of values: batch sizes chosen as the study runs (a node, not None, so that an
+    # override such as scientific.batch_size.adaptive.low=4 can switch it on)
+    adaptive: AdaptiveAxis = field(default_factory=AdaptiveAxis)
     # e.g. sequences, examples, tokens. Unstated on the batch axis (data.global_batch),
     # space.json gets the default of the data: sequences for sequence data, else examples
     # (sweeps.space_doc.batch_unit); the config itself is left as written.
@@ -97,17 +121,25 @@ class SamplerConfig:
     name: str = "tpe"  # tpe | qmc | random | grid | gp
     seed: int | None = None  # default: the study seed
     n_startup_trials: int | None = None  # tpe/gp: default min(10, trials_per_point // 2)
+    # Transfer between points (stepscale.sweeps.transfer): each point's first trial is the
+    # optimum predicted from the points already tuned, and its LR range is narrowed to a
+    # factor transfer_width either side of the prediction (never outside the declared range).
+    transfer: bool = False
+    transfer_width: float = 3.0
 
 
 @dataclass
 class PrunerConfig:
     """Optuna pruner on eval loss by step (within one point)."""
 
-    name: str = "none"  # none | median | successive_halving | hyperband
+    name: str = "none"  # none | median | successive_halving | hyperband | deadline
     n_startup_trials: int = 2
     n_warmup_steps: int = 0
     min_resource: int | None = None  # successive_halving / hyperband, in steps
     reduction_factor: int = 3
+    # deadline: stop a trial still above the target after this many times the fewest steps
+    # to target any trial of its point has needed so far (it cannot become the point's best)
+    deadline_factor: float = 3.0
 
 
 @dataclass

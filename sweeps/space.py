@@ -12,11 +12,12 @@ import itertools
 import math
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna.distributions as od
 
+from stepscale.sweeps.adaptive_axis import candidates, check_adaptive, initial_values
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import QUANTITIES, NuisanceParam, StudyConfig
 from stepscale.sweeps.trainer_keys import TRAINER_PATHS
@@ -136,6 +137,16 @@ class SearchSpace:
     nuisance: dict[str, tuple[Nuisance, ...]]  # point label -> its nuisance parameters
     fixed: dict[str, tuple[str, Any]]  # alias -> (path, value)
     scientific_paths: dict[str, str]
+    # Adaptive batch sizes: the points the study may still add (sweeps.adaptive), disjoint
+    # from ``points``; their nuisance ranges are in ``nuisance`` too.
+    candidates: tuple[Point, ...] = ()
+
+    def with_point(self, label: str) -> SearchSpace:
+        """This space with the candidate ``label`` made a point (points stay in grid order)."""
+        point = next(p for p in self.candidates if p.label == label)
+        points = tuple(sorted((*self.points, point), key=lambda p: p.index))
+        rest = tuple(p for p in self.candidates if p.label != label)
+        return replace(self, points=points, candidates=rest)
 
     def distributions(self, label: str) -> dict[str, od.BaseDistribution]:
         """Optuna distributions of one point."""
@@ -155,6 +166,7 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
     trainer's config a parameter may set (default: the built-in trainer's; None: any)."""
     if not cfg.scientific:
         raise UsageError("scientific: a study needs at least one scientific axis (e.g. batch_size)")
+    check_adaptive(cfg)
     seen_paths: dict[str, str] = {}
     for kind, params in (
         ("scientific", cfg.scientific),
@@ -174,7 +186,7 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
                 )
             seen_paths[p.path] = f"{kind}.{alias}"
     for alias, p in cfg.scientific.items():
-        if not p.values:
+        if not p.values and not p.adaptive.enabled:
             raise UsageError(f"scientific.{alias}.values: give at least one value")
         if len(set(map(repr, p.values))) != len(p.values):
             raise UsageError(f"scientific.{alias}.values: values repeat: {list(p.values)}")
@@ -191,6 +203,13 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
             raise UsageError(f"nuisance.{alias}.by: {p.by!r} is not a scientific axis")
     aliases = list(cfg.scientific)
     points = []
+    later: list[Point] = []
+    adaptive = next((p.adaptive for p in cfg.scientific.values() if p.adaptive.enabled), None)
+    if adaptive is not None:  # the only axis (check_adaptive); index = place in the grid
+        start = initial_values(adaptive)
+        for i, v in enumerate(candidates(adaptive)):
+            values = {aliases[0]: v}
+            (points if v in start else later).append(Point(i, point_label(values), values))
     for i, combo in enumerate(itertools.product(*(cfg.scientific[a].values for a in aliases))):
         values = dict(zip(aliases, combo, strict=True))
         points.append(Point(i, point_label(values), values))
@@ -200,9 +219,13 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
         )
     nuisance = {
         p.label: tuple(_resolve_nuisance(a, n, p.values) for a, n in cfg.nuisance.items())
-        for p in points
+        for p in (*points, *later)
     }
     fixed = {a: (f.path, f.value) for a, f in cfg.fixed.items()}
     return SearchSpace(
-        tuple(points), nuisance, fixed, {a: s.path for a, s in cfg.scientific.items()}
+        tuple(points),
+        nuisance,
+        fixed,
+        {a: s.path for a, s in cfg.scientific.items()},
+        candidates=tuple(later),
     )

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stepscale.rundir import BATCH_PATH, EXAMPLES, default_batch_unit
+from stepscale.sweeps.adaptive_axis import candidates
 from stepscale.sweeps.schema import NuisanceParam, StudyConfig
 
 SCHEMA_TAG = "stepscale.search_space/v1"
@@ -88,14 +89,16 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
     """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
     params: list[dict[str, Any]] = []
     for alias, p in cfg.scientific.items():
+        # An adaptive axis is written as every batch size it may run (its candidates).
+        values = candidates(p.adaptive) if p.adaptive.enabled else list(p.values)
         params.append(
             _drop_none(
                 {
                     "name": alias,
                     "path": p.path,
                     "role": "scientific",
-                    "type": _type_of(list(p.values)),
-                    "values": list(p.values),
+                    "type": _type_of(values),
+                    "values": values,
                     "unit": batch_unit(cfg, p.path, p.unit, p.quantity),
                     "quantity": p.quantity,
                     "description": p.description,

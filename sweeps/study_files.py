@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from stepscale.files import read_json, write_json_atomic, write_text_atomic
 from stepscale.redact import redact
-from stepscale.rundir import CONFIG_YAML, SPACE_JSON, STUDY_JSON
+from stepscale.rundir import ADAPTIVE_JSON, CONFIG_YAML, SPACE_JSON, STUDY_JSON
+from stepscale.sweeps.adaptive import AdaptiveRun, study_points
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import SearchSpace
@@ -46,6 +47,17 @@ def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
         node.pop(leaf, None)
     for axis in tree["scientific"].values():
         axis.pop("values", None)
+        ad = axis.get("adaptive") or {}
+        if ad.get("low") is None and ad.get("high") is None:
+            axis.pop("adaptive", None)  # off: studies from before adaptive axes have no key
+        else:  # how far it may go, not what a trial means
+            axis["adaptive"].pop("max_points", None)
+            axis["adaptive"].pop("ci_ratio", None)
+    if not tree["sampler"].get("transfer"):
+        tree["sampler"].pop("transfer", None)
+        tree["sampler"].pop("transfer_width", None)
+    if tree["pruner"].get("name") != "deadline":
+        tree["pruner"].pop("deadline_factor", None)
     tree["trainer"] = trainer_identity(cfg.trainer)
     return _plain(tree)
 
@@ -76,7 +88,11 @@ def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
             "Trials of different settings must not be mixed: give the study a new name= (or run_dir=). "
             "Only scientific values may be added and trials_per_point raised."
         )
-    old = {a: s["values"] for a, s in saved.get("scientific_values", {}).items()}
+    old = {
+        a: s["values"]
+        for a, s in saved.get("scientific_values", {}).items()
+        if not s.get("adaptive")  # an adaptive axis's points come from adaptive.json
+    }
     for alias, values in old.items():
         new = [json.loads(json.dumps(v, default=str)) for v in cfg.scientific[alias].values]
         missing = [v for v in values if v not in new]
@@ -102,7 +118,11 @@ def make_run_dir(run_dir: Path) -> None:
 
 def write_study_files(run_dir: Path, raw: Any, cfg: StudyConfig, space: SearchSpace) -> None:
     """Write the composed config (redacted), the search space and ``study.json`` (points in
-    order, the fingerprint, the scientific values; ``created`` kept from the first run)."""
+    order — with those an adaptive axis added so far —, the fingerprint, the scientific
+    values; ``created`` kept from the first run)."""
+    adaptive = AdaptiveRun.of(cfg, run_dir)
+    if adaptive is not None:
+        space = adaptive.restore(space)
     config_yaml = redact(OmegaConf.to_yaml(raw, resolve=True))
     write_text_atomic(run_dir / CONFIG_YAML, config_yaml)
     write_text_atomic(run_dir / SPACE_JSON, dumps_stable(space_document(cfg)))
@@ -111,17 +131,20 @@ def write_study_files(run_dir: Path, raw: Any, cfg: StudyConfig, space: SearchSp
         "name": cfg.name,
         "fingerprint": fingerprint(cfg),
         "created": saved.get("created", now_iso()),
-        "points": [
-            {"label": p.label, "values": _plain(p.values), "index": p.index} for p in space.points
-        ],
+        "points": study_points(space),
         "scientific": [{"name": a, "path": s.path} for a, s in cfg.scientific.items()],
         "scientific_values": {
-            a: {"values": _plain(list(s.values))} for a, s in cfg.scientific.items()
+            a: {"values": _plain(list(s.values))}
+            if not s.adaptive.enabled
+            else {"values": _plain([p.values[a] for p in space.points]), "adaptive": True}
+            for a, s in cfg.scientific.items()
         },
         "nuisance": [{"name": a, "path": n.path} for a, n in cfg.nuisance.items()],
         "objective": dataclasses.asdict(cfg.objective),
         "budget": dataclasses.asdict(cfg.budget),
     }
+    if adaptive is not None:
+        study["adaptive"] = ADAPTIVE_JSON
     write_json_atomic(run_dir / STUDY_JSON, study)
 
 

@@ -12,6 +12,7 @@ from stepscale.sweeps.samplers import check_pruner, check_sampler, grid_size
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import SearchSpace
 from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.transfer import check_transfer
 
 
 def check_study(cfg: StudyConfig) -> None:
@@ -41,6 +42,14 @@ def check_study(cfg: StudyConfig) -> None:
         raise UsageError(f"heartbeat_timeout_s: must be > 0, got {cfg.heartbeat_timeout_s}")
     check_sampler(cfg.sampler)
     check_pruner(cfg.pruner)
+    check_transfer(cfg)
+    if cfg.pruner.name == "deadline" and not (
+        cfg.objective.kind == "steps_to_target" and cfg.objective.stop_at_target
+    ):
+        raise UsageError(
+            "pruner=deadline stops trials that cannot become their point's fewest steps to "
+            "target: it needs objective.kind=steps_to_target and objective.stop_at_target=true"
+        )
 
 
 def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:

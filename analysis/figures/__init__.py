@@ -13,7 +13,7 @@ from typing import Any
 
 import xarray as xr
 
-from stepscale.analysis.figures import ablation, curves, lr, steps, style
+from stepscale.analysis.figures import ablation, curves, lr, replay, steps, style
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["FIGURES", "build", "draw", "render"]
@@ -80,6 +80,14 @@ FIGURES = {
         ablation.draw_best_so_far,
         "Ablation: best objective after n trials per variant; the band is the 95% bootstrap "
         "interval of the best of n randomly drawn trials.",
+    ),
+    # Built by the report from its replay of the study (analysis.replay), not from (a, ds).
+    "replay": (
+        lambda a, ds: None,
+        replay.draw_replay,
+        "Replay of cheaper protocols from the stored curves: examples spent (fraction of the "
+        "study's tune trials, median and 10–90% over random draws) vs the error of the B_crit "
+        "each would have reported (median; bar to the 90th percentile). Hollow: random subsets.",
     ),
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -84,6 +84,10 @@ def _files_section(batch_unit: str) -> list[Block]:
         ["results.nc", "all trials' metrics by step (xarray / NetCDF, h5netcdf)"],
         ["steps_to_target.csv", "one row per tune trial (columns below)"],
         ["provenance.json", "command, config, search space, seeds, versions, git, devices"],
+        [
+            "replay.json",
+            "cheaper protocols replayed from the curves (`sweep replay`) and the health checks",
+        ],
         ["figures/*.png", "the figures"],
     ]
     cols = [[c, d] for c, d in csv_columns(batch_unit)] + [
@@ -136,8 +140,11 @@ def document(
     ds: xr.Dataset,
     prov: Mapping[str, Any],
     pngs: Mapping[str, bytes],
+    health: Sequence[Block] = (),
+    cheaper: Sequence[Block] = (),
 ) -> list[Block]:
-    """Every block of the report, in order."""
+    """Every block of the report, in order; ``health`` (the health checks) follows the S(B)
+    fit, ``cheaper`` (replay, adaptive batch sizes, transfer) the ablation."""
     blocks = [heading(f"Study {a.study}: scaling report", 1)]
     if a.partial:
         n_run = int(ds.attrs.get("n_running", 0))
@@ -159,6 +166,7 @@ def document(
         blocks.append(para(n, "note"))
     blocks += [heading("Points"), points_table(a)]
     blocks += fit_section(a)
+    blocks += health
     if pngs:
         blocks.append(heading("Figures"))
         for name, png in pngs.items():
@@ -168,6 +176,7 @@ def document(
     blocks += noise_section(a)
     blocks += seeds_section(a)
     blocks += ablation_section(a)
+    blocks += cheaper
     blocks += _provenance_section(prov)
     blocks += _files_section(a.batch_unit)
     cfg = prov.get("config")

@@ -13,6 +13,9 @@ JSON keys, repr floats, fixed bootstrap seeds, deterministic PNGs):
   ``fits.json``'s ``steps``;
 - ``provenance.json``: command, config, search space, seeds, versions, git, devices,
   storage (password redacted), times, trial counts;
+- ``replay.json``: the study replayed under cheaper protocols (:mod:`analysis.replay`, as
+  `sweep replay` prints it) and the health checks (:mod:`analysis.health`, also in
+  ``fits.json``);
 - ``figures/<name>.png``.
 
 A study with running trials, or whose run.json has no end time, gives a partial report,
@@ -40,12 +43,21 @@ import numpy as np
 
 from stepscale.analysis import figures
 from stepscale.analysis.analyze import analyze
+from stepscale.analysis.figures.replay import replay_figure
+from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import RunDirError, load, save
 from stepscale.analysis.provenance import provenance
+from stepscale.analysis.replay import ReplayError, ReplayResult, replay
 from stepscale.analysis.report.blocks import (
     Block,
     to_html,
     to_markdown,
+)
+from stepscale.analysis.report.cheap import (
+    adaptive_section,
+    health_section,
+    replay_section,
+    transfer_section,
 )
 from stepscale.analysis.report.page import document
 from stepscale.analysis.report.tables import (
@@ -53,11 +65,14 @@ from stepscale.analysis.report.tables import (
     steps_table,
 )
 from stepscale.analysis.study import FitSettings
-from stepscale.files import write_text_atomic
+from stepscale.files import read_json, write_text_atomic
 from stepscale.redact import redact
-from stepscale.rundir import REPORT_DIR
+from stepscale.rundir import ADAPTIVE_JSON, REPORT_DIR, SPACE_JSON, TRANSFER_JSON
 
 T = TypeVar("T")
+
+# Draws of each random protocol in the report's replay (`sweep replay` defaults to more).
+REPORT_DRAWS = 50
 
 
 def _json_text(obj: Any) -> str:
@@ -147,6 +162,7 @@ def write_report(
         "results.nc",
         "steps_to_target.csv",
         "provenance.json",
+        "replay.json",
         *(f"figures/{n}.png" for n in pngs),
     )
     return ReportResult(out, files, tuple(pngs), a.partial, int(ds.sizes["trial"]), a.targets)
@@ -178,10 +194,21 @@ def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
     """Every file of the report into the new folder ``out``; returns the figures' PNGs."""
     figdir = out / "figures"
     figdir.mkdir(parents=True)
+    rep, rep_note = _replay(ds, a)
+    checks = health_checks(a, ds, read_json(root / SPACE_JSON, lenient=True), rep)
     records = figures.build(a, ds)
+    if rep is not None and (rec := replay_figure(rep)) is not None:
+        records["replay"] = rec
     pngs = figures.render(records, figdir)
     save(ds, out / "results.nc")
-    write_text_atomic(out / "fits.json", _json_text(a.to_dict()))
+    write_text_atomic(
+        out / "fits.json",
+        _json_text({**a.to_dict(), "health": [c.to_dict() for c in checks]}),
+    )
+    replay_doc = {"health": [c.to_dict() for c in checks], "note": rep_note}
+    if rep is not None:
+        replay_doc |= rep.to_dict()
+    write_text_atomic(out / "replay.json", _json_text(replay_doc))
     header, rows = steps_table(ds, a)
     write_text_atomic(out / "steps_to_target.csv", redact(csv_text(header, rows)))
     prov = provenance(
@@ -190,7 +217,13 @@ def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
         {"targets": list(a.targets), "target": a.target, "settings": a.settings.to_dict()},
     )
     write_text_atomic(out / "provenance.json", _json_text(prov))
-    blocks = [_redact_block(b) for b in document(a, ds, prov, pngs)]
+    cheaper = [
+        *replay_section(rep, rep_note),
+        *adaptive_section(read_json(root / ADAPTIVE_JSON, lenient=True)),
+        *transfer_section(read_json(root / TRANSFER_JSON, lenient=True)),
+    ]
+    blocks = document(a, ds, prov, pngs, health_section(checks), cheaper)
+    blocks = [_redact_block(b) for b in blocks]
     write_text_atomic(out / "report.md", to_markdown(blocks))
     write_text_atomic(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))
     return pngs
@@ -209,3 +242,15 @@ def _replace_dir(new: Path, out: Path) -> None:
         os.rename(old, out)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _replay(ds: Any, a: Any) -> tuple[ReplayResult | None, str | None]:
+    """The replay of the study's default protocols at its primary target, or why not."""
+    if a.target is None or a.axes.batch is None:
+        return None, None
+    if a.partial:
+        return None, "the study is still running: the replay of cheaper protocols waits for its end"
+    try:
+        return replay(ds, target=a.target, draws=REPORT_DRAWS, seed=a.settings.seed), None
+    except ReplayError as exc:
+        return None, f"cheaper protocols not replayed: {exc}"

@@ -1,0 +1,223 @@
+"""Adaptive batch sizes: which batch size to measure next so that the critical batch size
+is pinned with the fewest points.
+
+S(B) = S_min (1 + B_crit/B) is fitted in log space as log S = a + softplus(b − log B)
+(a = log S_min, b = log B_crit; :func:`analysis.fits.steps.fit_steps`). Linearised at the
+current fit, a batch size B contributes the row J(B) = [1, σ(b − log B)] (σ the logistic
+function) to the Jacobian, and the variance of b̂ is proportional to [(JᵀJ)⁻¹]_bb (equal
+noise in log S at every batch size). The next batch size is the candidate not measured yet
+that makes that variance smallest — it narrows the B_crit interval most; ties go to the
+smaller batch size, which costs fewer examples (E(B) = E_min (1 + B/B_crit) grows with B).
+
+Rules in order (:func:`next_batch`):
+
+1. ``max_points`` batch sizes measured, or no candidate left → stop;
+2. S(B) cannot be fitted (fewer than 3 batch sizes reached the target) or B_crit is not
+   identified (the fit ran to its bound: S(B) flat or ∝ 1/B over the batch sizes) → the
+   candidate nearest the middle (in log B) of the widest gap between measured batch sizes;
+3. the bootstrap interval of B_crit spans at most a factor ``ci_ratio`` with at least
+   ``min_points_to_stop`` (5) batch sizes fitted → stop (with fewer, the residuals have
+   too few degrees of freedom for the interval to be trusted: it is narrow by luck);
+4. else the candidate that minimises the linearised variance of log B_crit.
+
+Every function is pure; the orchestrator (``stepscale.sweeps.adaptive``) and the replay
+(:mod:`stepscale.analysis.replay`) both call :func:`next_batch`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.special import expit
+
+from stepscale.analysis.fits.arrays import batch_json, floats, jsonable
+from stepscale.analysis.fits.steps import BCRIT_MARGIN, fit_steps
+
+__all__ = ["NextBatch", "bcrit_variance", "initial_batches", "next_batch"]
+
+# With fewer fitted batch sizes the residuals have too few degrees of freedom: a bootstrap
+# interval can be narrow by luck (replays of the demo stopped at 4 points 13% off).
+MIN_POINTS_TO_STOP = 5
+
+
+@dataclass(frozen=True)
+class NextBatch:
+    """The decision after the batch sizes measured so far.
+
+    ``batch`` is the batch size to add (None: stop); ``reason`` says why in one sentence.
+    ``b_crit``/``b_crit_ci`` are the current fit's (NaN when S(B) could not be fitted) and
+    ``scores`` the linearised variance of log B_crit (relative to the noise in log S) after
+    adding each candidate (empty when rule 4 did not apply).
+    """
+
+    batch: float | None
+    reason: str
+    rule: str  # max_points | exhausted | gap | interval | variance
+    measured: tuple[float, ...]
+    b_crit: float
+    b_crit_ci: tuple[float, float]
+    s_min: float
+    variance: float  # of log B_crit now (relative), NaN without a fit
+    scores: Mapping[float, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "batch": batch_json(self.batch),
+            "reason": self.reason,
+            "rule": self.rule,
+            "measured": [batch_json(b) for b in self.measured],
+            "b_crit": jsonable(self.b_crit),
+            "b_crit_ci": jsonable(self.b_crit_ci),
+            "s_min": jsonable(self.s_min),
+            "variance": jsonable(self.variance),
+            "scores": [
+                {"batch": batch_json(b), "variance": jsonable(v)} for b, v in self.scores.items()
+            ],
+        }
+
+
+def initial_batches(candidates: Sequence[float], n: int) -> tuple[float, ...]:
+    """``n`` of the (ascending) candidates spread evenly in log B: both ends and the
+    candidates nearest the points between them (by index, as candidates are a log grid)."""
+    c = sorted(float(x) for x in candidates)
+    if n >= len(c):
+        return tuple(c)
+    if n == 1:
+        return (c[0],)
+    idx = sorted({round(i * (len(c) - 1) / (n - 1)) for i in range(n)})
+    return tuple(c[i] for i in idx)
+
+
+def bcrit_variance(batch_sizes: ArrayLike, b_crit: float) -> float:
+    """[(JᵀJ)⁻¹]_bb for the rows J(B) = [1, σ(log B_crit − log B)]: the variance of
+    log B_crit of the S(B) fit per unit variance of log S (inf when not identified)."""
+    x = np.log(floats(batch_sizes, "batch_sizes"))
+    s = expit(math.log(b_crit) - x)
+    ss = float(((s - s.mean()) ** 2).sum())
+    return 1.0 / ss if ss > 1e-300 else math.inf
+
+
+def _gap_choice(measured: Sequence[float], left: Sequence[float]) -> float:
+    """The candidate nearest the middle (log B) of the widest gap between measured sizes
+    (beyond the ends when every candidate lies outside them)."""
+    xs = sorted(math.log(b) for b in measured)
+    best: tuple[float, float] | None = None  # (−gap width, distance) for the min
+    choice = left[0]
+    for b in left:
+        x = math.log(b)
+        below = [v for v in xs if v < x]
+        above = [v for v in xs if v > x]
+        if below and above:
+            lo, hi = below[-1], above[0]
+            key = (-(hi - lo), abs(x - (lo + hi) / 2))
+        else:
+            key = (math.inf, abs(x - (xs[0] if not below else xs[-1])))
+        if best is None or key < best:
+            best, choice = key, b
+    return choice
+
+
+def next_batch(
+    batch_sizes: ArrayLike,
+    steps: ArrayLike,
+    candidates: Sequence[float],
+    *,
+    max_points: int,
+    ci_ratio: float = 2.0,
+    not_reached: Sequence[float] = (),
+    min_points_to_stop: int = MIN_POINTS_TO_STOP,
+    n_boot: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> NextBatch:
+    """Which batch size to measure next (None: stop); see the module docstring.
+
+    ``batch_sizes``/``steps`` are the steps to result of the batch sizes measured so far
+    (one row per batch size, or per trial: reduced to the minimum); ``not_reached`` the
+    measured batch sizes where no trial reached the target. ``candidates`` are the batch
+    sizes the study may run (measured ones are skipped).
+    """
+    b = floats(batch_sizes, "batch_sizes")
+    s = floats(steps, "steps")
+    measured = tuple(sorted({*b.tolist(), *(float(v) for v in not_reached)}))
+    left = sorted(float(c) for c in candidates if float(c) not in measured)
+    try:
+        fit = fit_steps(
+            b,
+            s,
+            not_reached=list(not_reached),
+            n_boot=n_boot,
+            seed=seed,
+            confidence=confidence,
+        )
+    except ValueError as exc:
+        fit, why = None, str(exc)
+    else:
+        x = np.log(np.asarray(fit.batch_sizes))
+        bound = (x.min() - BCRIT_MARGIN + 1e-6, x.max() + BCRIT_MARGIN - 1e-6)
+        if not bound[0] < math.log(fit.b_crit) < bound[1]:
+            why = (
+                f"B_crit is not identified yet: S(B) is "
+                f"{'flat' if math.log(fit.b_crit) <= bound[0] else 'proportional to 1/B'} "
+                f"over the batch sizes measured"
+            )
+        else:
+            why = ""
+    now = {
+        "b_crit": fit.b_crit if fit else math.nan,
+        "b_crit_ci": fit.b_crit_ci if fit else (math.nan, math.nan),
+        "s_min": fit.s_min if fit else math.nan,
+        "variance": bcrit_variance(fit.batch_sizes, fit.b_crit) if fit else math.nan,
+    }
+    if len(measured) >= max_points:
+        reason = f"{len(measured)} batch sizes measured: max_points = {max_points} reached"
+        return NextBatch(None, reason, "max_points", measured, **now)
+    if not left:
+        reason = "every candidate batch size has been measured"
+        return NextBatch(None, reason, "exhausted", measured, **now)
+    if fit is None or why:
+        pick = _gap_choice(measured, left)
+        reason = (
+            f"{why if fit is not None else f'S(B) cannot be fitted yet ({why})'}; "
+            f"{batch_json(pick)} is the candidate nearest the middle of the widest gap in "
+            f"log B between the batch sizes measured"
+        )
+        return NextBatch(pick, reason, "gap", measured, **now)
+    lo, hi = fit.b_crit_ci
+    ratio = hi / lo if lo > 0 and math.isfinite(lo) and math.isfinite(hi) else math.inf
+    interval = f"B_crit = {fit.b_crit:.4g} [{lo:.4g}, {hi:.4g}]"
+    if ratio <= ci_ratio and fit.n_points >= min_points_to_stop:
+        return NextBatch(
+            None,
+            f"{interval} spans a factor {ratio:.3g} ≤ {ci_ratio:g} with {fit.n_points} batch "
+            f"sizes fitted: B_crit is pinned",
+            "interval",
+            measured,
+            **now,
+        )
+    scores = {c: bcrit_variance([*fit.batch_sizes, c], fit.b_crit) for c in left}
+    best = min(scores.values())
+    # Ties (within rounding) go to the smaller batch size: fewer examples per step.
+    pick = min(c for c, v in scores.items() if v <= best * (1 + 1e-9))
+    span = "unbounded" if not math.isfinite(ratio) else f"a factor {ratio:.3g}"
+    why = (
+        f"{interval} spans {span} (> {ci_ratio:g})"
+        if ratio > ci_ratio
+        else f"{interval}, but {fit.n_points} batch sizes fitted are too few to stop "
+        f"(at least {min_points_to_stop})"
+    )
+    return NextBatch(
+        pick,
+        f"{why}; adding {batch_json(pick)} shrinks the linearised variance of log B_crit "
+        f"most ({now['variance']:.3g} → {scores[pick]:.3g} per unit variance of log S)",
+        "variance",
+        measured,
+        **now,
+        scores=scores,
+    )

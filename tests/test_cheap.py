@@ -1,0 +1,331 @@
+"""The critical batch size for less compute: the adaptive rule against a hand computation,
+transfer between points against a known η*(B), `sweep replay` of a synthetic study with
+known curves, bad input, and one tiny adaptive + transfer study end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from run_dirs import Spec, make_run_dir
+
+from stepscale.analysis.analyze import analyze
+from stepscale.analysis.fits.design import initial_batches, next_batch
+from stepscale.analysis.health import health_checks
+from stepscale.analysis.load import load
+from stepscale.analysis.replay import ReplayError, parse_protocol, replay
+from stepscale.sweeps.cli import main
+from stepscale.sweeps.schema import NuisanceParam, ScientificParam, StudyConfig
+from stepscale.sweeps.space import Point, build_space
+from stepscale.sweeps.transfer import TransferRun, bisection_order
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = [4, 8, 16, 32, 64, 128, 256]
+
+
+# ------------------------------------------------------------------ the adaptive rule
+
+
+def _spread(s: list[float]) -> float:
+    """Σ (s − mean)² by hand."""
+    mean = sum(s) / len(s)
+    return sum((v - mean) ** 2 for v in s)
+
+
+def test_the_adaptive_rule_adds_the_batch_size_a_hand_computation_says() -> None:
+    # S(B) = 100 (1 + 20/B) exactly at 4, 32, 256: the fit gives B_crit = 20, and each
+    # batch size B contributes σ(log 20 − log B) = 1 / (1 + B/20) to the Jacobian.
+    steps = [100 * (1 + 20 / b) for b in (4, 32, 256)]
+    d = next_batch([4, 32, 256], steps, GRID, max_points=5)
+    assert d.b_crit == pytest.approx(20, rel=1e-6) and d.s_min == pytest.approx(100, rel=1e-6)
+    have = [1 / 1.2, 1 / 2.6, 1 / 13.8]
+    hand = {8: 1 / 1.4, 16: 1 / 1.8, 64: 1 / 4.2, 128: 1 / 7.4}
+    variance = {b: 1 / _spread([*have, s]) for b, s in hand.items()}
+    # By hand: 8 → 2.832, 16 → 3.286, 64 → 3.123, 128 → 2.795: 128 narrows it most.
+    assert min(variance, key=variance.get) == 128
+    assert d.batch == 128 and d.rule == "variance"
+    assert {int(b): v for b, v in d.scores.items()} == pytest.approx(variance, rel=1e-9)
+    assert "too few to stop" in d.reason  # the exact fit's interval is tight, but 3 points
+    # Five exact points: the interval has collapsed, so the rule stops.
+    five = [4, 8, 32, 128, 256]
+    d = next_batch(five, [100 * (1 + 20 / b) for b in five], GRID, max_points=6)
+    assert d.batch is None and d.rule == "interval"
+    four = [4, 32, 128, 256]
+    # max_points ends it first; with S(B) flat (B_crit unidentified) the widest gap is bisected.
+    assert next_batch(four, [100.0] * 4, GRID, max_points=4).rule == "max_points"
+    gap = next_batch([4, 256, 8], [100.0, 100.0, 100.0], GRID, max_points=6)
+    assert (gap.batch, gap.rule) == (32, "gap")  # middle of the widest gap 8…256
+    assert initial_batches(GRID, 3) == (4, 32, 256)
+
+
+# ------------------------------------------------------------------ transfer
+
+
+def _eta(b: float) -> float:
+    return 1e-3 * (b / 16) ** 0.5
+
+
+def test_transfer_enqueues_the_predicted_optimal_lr(tmp_path: Path) -> None:
+    cfg = StudyConfig(name="t")
+    cfg.scientific = {"batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256])}
+    cfg.nuisance = {
+        "lr": NuisanceParam(path="optimizer.lr", low=1e-5, high=1.0, scale="log"),
+        "warmup": NuisanceParam(path="schedule.warmup_steps", type="int", low=0, high=100),
+    }
+    cfg.budget.trials_per_point = 5
+    cfg.sampler.transfer = True
+    space = build_space(cfg, known=None)
+    storage = optuna.storages.InMemoryStorage()
+    studies = {
+        p.label: optuna.create_study(storage=storage, study_name=p.label) for p in space.points
+    }
+    b16, b64, b256 = space.points
+
+    def trials_of(p: Point) -> list[optuna.trial.FrozenTrial]:
+        return studies[p.label].get_trials(deepcopy=False)
+
+    run = TransferRun(cfg, tmp_path)
+    # The ends are tuned: objective 100 (1 + ln(lr/η*)²) with η*(B) = 1e-3 (B/16)^0.5.
+    for p, warmup in ((b16, 10), (b256, 40)):
+        run.start(space, p, studies[p.label], trials_of, tmp_path)  # anchors: nothing enqueued
+        assert not studies[p.label].get_trials()
+        dists = space.distributions(p.label)
+        for mult in (0.25, 0.5, 1.0, 2.0, 4.0):
+            lr = _eta(p.values["batch_size"]) * mult
+            studies[p.label].add_trial(
+                optuna.trial.create_trial(
+                    params={"lr": lr, "warmup": warmup if mult == 1.0 else 90},
+                    distributions=dists,
+                    value=100 * (1 + math.log(mult) ** 2),
+                    user_attrs={"kind": "tune", "state": "complete"},
+                )
+            )
+    assert run.rank(space.points, b64) == 2 and run.ready(space.points, b64, trials_of)
+    run.start(space, b64, studies[b64.label], trials_of, tmp_path)
+    (waiting,) = studies[b64.label].get_trials(states=(optuna.trial.TrialState.WAITING,))
+    enqueued = waiting.system_attrs["fixed_params"]
+    assert enqueued["lr"] == pytest.approx(_eta(64), rel=1e-6)  # 2e-3
+    assert enqueued["warmup"] == 10  # nearest tuned batch size (ties: the smaller)
+    dists = run.distributions(b64.label, space.distributions(b64.label))
+    assert (dists["lr"].low, dists["lr"].high) == pytest.approx((_eta(64) / 3, _eta(64) * 3))
+    trial = studies[b64.label].ask(fixed_distributions=dists)
+    assert trial.params["lr"] == pytest.approx(_eta(64), rel=1e-6)  # the first trial asked
+    record = json.loads((tmp_path / "transfer.json").read_text())
+    assert record["points"][b16.label]["prediction"] is None  # an anchor
+    assert "interpolated" in record["points"][b64.label]["prediction"]["how"]["lr"]
+    run.start(space, b64, studies[b64.label], trials_of, tmp_path)  # once only
+    assert len(studies[b64.label].get_trials()) == 1
+    # Bisection order in log B: both ends, then the middle, then the gaps.
+    assert bisection_order([16, 32, 64, 128, 256]) == [0, 4, 2, 1, 3]
+
+
+# ------------------------------------------------------------------ replay
+
+# Defaults of tests/run_dirs.py: B = 16…1024, S(B) = 500 (1 + 128/B) at L = 2, trials at
+# 0.25…16 × η*(B) need m = 1 + 0.25 ln(mult)² times the steps (16 diverges at step 50),
+# evaluations every 20 steps, a horizon of 6000.
+SPEC = Spec()
+
+
+def _crossing(batch: int, mult: float) -> float:
+    """The first evaluated step past m·S(B): the known steps to target of a trial (or the
+    horizon it ran to without getting there)."""
+    tau = (1 + 0.25 * math.log(mult) ** 2) * 500 * (1 + 128 / batch)
+    return min(20 * (math.floor(tau / 20) + 1), 6000)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run_dir(tmp_path_factory.mktemp("replay") / "run", SPEC)
+
+
+def _by(result: dict, protocol: str) -> dict:
+    return next(p for p in result["protocols"] if p["protocol"] == protocol)
+
+
+def test_replay_of_a_synthetic_study_gives_the_known_compute_and_bcrit(synthetic: Path) -> None:
+    out = replay(
+        load(synthetic), ["full", "first:3", "first:2", "deadline:3", "batches:16,64,256,1024"]
+    ).to_dict()
+    total = sum(b * (5 * 6000 + 50) for b in SPEC.batches)
+    assert out["study_compute"]["all"]["examples"] == total
+    full, first3, first2 = _by(out, "full"), _by(out, "first:3"), _by(out, "first:2")
+    assert full["b_crit"] == pytest.approx(128, rel=0.1)
+    assert full["s_min"] == pytest.approx(500, rel=0.05)
+    # The first 3 trials hold the best (η* itself): same answer for 3/5 of the horizons.
+    assert first3["compute_fraction"]["examples"] == pytest.approx(3 * 6000 / (5 * 6000 + 50))
+    assert first3["b_crit"] == full["b_crit"] and first3["b_crit_error"]["median"] == 0
+    # The first 2 miss η* by a factor 2: m = 1 + 0.25 ln(2)² times the steps, same B_crit.
+    assert first2["s_min"] / full["s_min"] == pytest.approx(1 + 0.25 * math.log(2) ** 2, rel=0.03)
+    assert first2["b_crit"] == pytest.approx(full["b_crit"], rel=0.1)
+    # Deadline: no trial passes 3× the best so far before it ends (at the target, or at the
+    # horizon at B = 16, where 0.25 and 4 × η* need 6662 steps).
+    known = sum(
+        b * (sum(_crossing(b, m) for m in (0.25, 0.5, 1.0, 2.0, 4.0)) + 50) for b in SPEC.batches
+    )
+    deadline = _by(out, "deadline:3")
+    assert deadline["compute_fraction"]["examples"] == pytest.approx(known / total, rel=1e-3)
+    assert deadline["b_crit"] == full["b_crit"]
+    batches = _by(out, "batches:16,64,256,1024")
+    assert batches["batch_sizes"] == [16, 64, 256, 1024]
+    assert batches["compute_fraction"]["examples"] == pytest.approx(
+        sum(b * 30050 for b in (16, 64, 256, 1024)) / total
+    )
+    # Random subsets: the spread over draws, and the adaptive rule's own choice of batches.
+    rnd = replay(load(synthetic), ["random:2", "adaptive:5"], draws=30).to_dict()
+    r2 = _by(rnd, "random:2")
+    assert r2["draws"] == 30 and r2["spread_q10_q90"]["b_crit"][0] <= r2["b_crit"]
+    assert len(_by(rnd, "adaptive:5")["batch_sizes"]) <= 5
+
+
+def _cut(run: Path) -> None:
+    """Make ``run`` a stop_at_target study: curves end at the first evaluation below 2."""
+    for tdir in sorted((run / "trials").glob("*/*")):
+        status = json.loads((tdir / "status.json").read_text())
+        if status.get("steps_to_target") is None:
+            continue
+        keep = []
+        for line in (tdir / "metrics.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            keep.append(line)
+            if rec["step"] >= status["steps_to_target"] and rec.get("eval_loss") is not None:
+                break
+        (tdir / "metrics.jsonl").write_text("\n".join(keep) + "\n")
+        status.update(steps_done=status["steps_to_target"], reason="target reached")
+        (tdir / "status.json").write_text(json.dumps(status))
+
+
+def test_replay_bad_input_exits_2_with_a_clear_message(
+    tmp_path: Path, synthetic: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fails(*argv: str) -> str:
+        assert main(["replay", *argv]) == 2
+        err = capsys.readouterr()
+        assert err.out == "" and "Traceback" not in err.err
+        return err.err
+
+    assert "does not exist" in fails(str(tmp_path / "missing"))
+    running = make_run_dir(tmp_path / "running", Spec(batches=(16,), running=6))
+    assert "no tune trial in a final state" in fails(str(running))
+    assert "unknown part 'fast:2'" in fails(str(synthetic), "--protocol", "fast:2")
+    assert "adaptive:N[:I] needs 3" in fails(str(synthetic), "--protocol", "adaptive:2")
+    cut = make_run_dir(tmp_path / "cut", Spec(batches=(16, 64, 256)))
+    _cut(cut)
+    assert "evals:3 keeps every 60th step" in fails(str(cut), "--protocol", "evals:3")
+    assert "curves were cut at the target" in fails(str(cut), "--target", "1.5")
+    with pytest.raises(ReplayError, match="stands alone"):
+        parse_protocol("full+first:2")
+    assert main(["replay", str(cut), "--protocol", "first:2", "--draws", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["protocols"][0]["protocol"] == "first:2"
+
+
+# ------------------------------------------------------------------ config checks
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["low=64", "high=16"], "scientific.batch_size.adaptive: needs low < high"),
+        (["low=4", "high=64", "max_points=2"], "scientific.batch_size.adaptive.max_points"),
+        (["low=4", "high=8"], "initial=3 needs more"),
+    ],
+)
+def test_bad_adaptive_axes_exit_2_naming_the_key(
+    overrides: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [f"scientific.batch_size.adaptive.{o}" for o in overrides]
+    code = main(
+        ["run", "conf=smoke", "scientific.batch_size.values=[]", *args, f"run_dir={tmp_path}/r"]
+    )
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_transfer_and_deadline_settings_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            ["run", "conf=smoke", "sampler.transfer=true", "sampler.transfer_width=1", "--dry-run"]
+        )
+        == 2
+    )
+    assert "sampler.transfer_width: must be > 1" in capsys.readouterr().err
+    assert (
+        main(["run", "conf=smoke", "sampler.transfer=true", "sampler.name=grid", "--dry-run"]) == 2
+    )
+    assert "sampler.transfer: not with sampler=grid" in capsys.readouterr().err
+    assert main(["run", "conf=smoke", "pruner.name=deadline", "--dry-run"]) == 2
+    assert "objective.stop_at_target=true" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ end to end
+
+
+@pytest.mark.slow
+def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Path) -> None:
+    run = tmp_path / "fast"
+    axis = "scientific.batch_size.adaptive"
+    cmd = [
+        sys.executable, "-m", "stepscale.sweeps.cli", "run", "conf=smoke",
+        "scientific.batch_size.values=[]", f"{axis}.low=4", f"{axis}.high=32",
+        f"{axis}.max_points=4", "budget.trials_per_point=1", "budget.max_steps=20",
+        "sampler.transfer=true", "objective.stop_at_target=true", "pruner.name=deadline",
+        "train.eval_every=5", "train.devices=1", f"run_dir={run}",
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    record = json.loads((run / "adaptive.json").read_text())
+    assert record["initial"] == [4, 16, 32] and record["candidates"] == [4, 8, 16, 32]
+    first, last = record["decisions"]
+    assert first["batch"] == 8 and first["point"] == "batch_size=8" and first["reason"]
+    assert last["batch"] is None and last["rule"] == "max_points" and record["stopped"]
+    study = json.loads((run / "study.json").read_text())
+    labels = [p["label"] for p in study["points"]]
+    assert labels == ["batch_size=4", "batch_size=8", "batch_size=16", "batch_size=32"]
+    assert sorted(p.name for p in (run / "trials").iterdir()) == sorted(labels)
+    transfer = json.loads((run / "transfer.json").read_text())
+    assert {k: v["rank"] for k, v in transfer["points"].items() if v["prediction"] is None} == {
+        "batch_size=4": 0,
+        "batch_size=32": 1,
+    }
+    first_trial = json.loads((run / "trials" / "batch_size=16" / "0" / "trial.json").read_text())
+    assert first_trial["nuisance"]["lr"] == pytest.approx(
+        transfer["points"]["batch_size=16"]["prediction"]["values"]["lr"]
+    )
+    assert main(["report", str(run)]) == 0
+    md = (run / "report" / "report.md").read_text()
+    for section in ("Adaptive batch sizes", "Transfer between points", "Health checks"):
+        assert f"## {section}" in md
+    assert main(["status", str(run), "--json"]) == 0
+    # The same command again resumes a finished study: nothing more runs.
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((run / "adaptive.json").read_text()) == record
+    assert len(list((run / "trials").glob("*/*/trial.json"))) == 4
+
+
+def test_health_checks_flag_an_optimum_at_a_range_edge_and_too_few_batch_sizes_above(
+    synthetic: Path, tmp_path: Path
+) -> None:
+    ds = load(synthetic)
+    space = json.loads((synthetic / "space.json").read_text())
+    rep = replay(ds, ["random:2", "random:4"], draws=20)
+    checks = {c.name: c for c in health_checks(analyze(ds), ds, space, rep)}
+    assert all(c.ok for c in checks.values()), checks
+    # B_crit = 128 has 3 fitted batch sizes on either side; η* is inside [1e-5, 1].
+    assert "3 fitted batch size(s) below" in checks["batch sizes around B_crit"].message
+    # η*(1024) = 1e-3·8 = 0.008: with a range ending there, that optimum is at its edge.
+    lr = next(p for p in space["parameters"] if p["name"] == "lr")
+    lr["high"] = 0.008
+    checks = {c.name: c for c in health_checks(analyze(ds), ds, space, rep)}
+    edge = checks["range edge"]
+    assert not edge.ok and "batch_size=1024: best lr = 0.008 is at the high end" in edge.message
+    # Batch sizes only up to 128 leave at most one above B_crit ≈ 128.
+    few = load(make_run_dir(tmp_path / "few", Spec(batches=(16, 32, 64, 128))))
+    checks = {c.name: c for c in health_checks(analyze(few), few)}
+    around = checks["batch sizes around B_crit"]
+    assert not around.ok and "too few above B_crit" in around.message
