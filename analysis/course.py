@@ -3,8 +3,9 @@ steps or examples, and where do loss and gradient-norm spikes occur.
 
 - :func:`ramp_comparison`: every ramped point (its trials report ``rampup_steps`` > 0)
   against the constant-batch point of the same other scientific values. Steps and
-  examples to the target of the confirm seeds (the best tune values rerun with new
-  seeds): their means with 95% t-intervals, and the differences ramp − constant with
+  examples to the target — at the log-linear crossing between evaluations, so seeds that
+  cross between the same two evaluations still differ — of the confirm seeds (the best
+  tune values rerun with new seeds): their means with 95% t-intervals, and the differences ramp − constant with
   Welch intervals. A ramp *saved* steps (examples) when the interval of the difference lies
   below 0, *cost* them when it lies above, and the study cannot tell otherwise. Without
   confirm seeds only the best tune trials are compared, without intervals.
@@ -100,20 +101,21 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Estimate | None:
 
 
 def _at_target(ds: xr.Dataset, i: int) -> tuple[float, float]:
-    """(steps, examples) of trial ``i`` at its first evaluation below the target."""
-    s = float(ds["steps_to_target"].values[i])
+    """(steps, examples) of trial ``i`` where its eval loss crossed the target: the
+    log-linear crossing between evaluations (``steps_to_target_interp``), and the examples
+    consumed by then (exact at logged steps, linear in between: one batch per step)."""
+    s = float(ds["steps_to_target_interp"].values[i])
     if not math.isfinite(s):
         return math.nan, math.nan
-    steps = ds["step"].values
-    j = int(np.searchsorted(steps, s))
-    if j >= steps.size or steps[j] != s:
-        return s, math.nan
-    return s, float(ds["examples"].values[i, j])
+    steps = ds["step"].values.astype(float)
+    examples = np.asarray(ds["examples"].values[i], dtype=float)
+    ok = np.isfinite(examples)
+    return s, float(np.interp(s, steps[ok], examples[ok]))
 
 
 def ramp_comparison(ds: xr.Dataset, best: dict[str, int], batch_unit: str) -> RampComparison | None:
     """The record of a ramp study (None when no trial ran a batch ramp)."""
-    if "rampup_steps" not in ds.coords or "steps_to_target" not in ds.coords:
+    if "rampup_steps" not in ds.coords or "steps_to_target_interp" not in ds.coords:
         return None
     ramp_steps = np.asarray(ds["rampup_steps"].values, dtype=float)
     if not np.nanmax(np.where(np.isfinite(ramp_steps), ramp_steps, 0)) > 0:

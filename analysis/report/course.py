@@ -74,9 +74,10 @@ def ramp_section(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
                 f"Δ examples [95%] ({rec.batch_unit})",
             ],
             rows,
-            "Confirm seeds rerun each arm's best tuned values; intervals are t-intervals of "
-            "the mean and Welch intervals of the difference. Seeds that never reached the "
-            "target are left out of the means (n says how many counted).",
+            "Steps and examples where the eval loss crossed the target (log-linear between "
+            "evaluations). Confirm seeds rerun each arm's best tuned values; intervals are "
+            "t-intervals of the mean and Welch intervals of the difference. Seeds that never "
+            "reached the target are left out of the means (n says how many counted).",
         ),
     ]
     out += [para(v) for v in rec.verdicts]
