@@ -69,7 +69,8 @@ FIGURES = {
         course.draw_bcrit_over_training,
         "Critical batch size over training from `sweep branch`: ● the largest branch batch "
         "that kept up with the base per example, ▲ every tested batch kept up, ▼ not even "
-        "the smallest; beside the base's B_simple and the study's B_crit at its target.",
+        "the smallest; beside the base's B_simple (running median of 9 logged values) and the "
+        "study's B_crit at its target.",
     ),
     "spikes_vs_lr": (
         course.spikes_vs_lr,

@@ -133,6 +133,9 @@ def draw_spikes_vs_lr(rec: SpikesVsLR) -> Any:
     return fig
 
 
+NOISE_WINDOW = 9  # logged values per running median of B_simple
+
+
 @dataclass(frozen=True)
 class BcritCourse:
     """B_crit(t) of one branch measurement (censored points marked), the base's B_simple,
@@ -168,7 +171,7 @@ def bcrit_over_training(a: StudyAnalysis, ds: xr.Dataset) -> BcritCourse | None:
                 values.append(float(s["base_batch"]))
             else:
                 values.append(float(s["b_crit"]))
-        noise = m.get("noise_scale") or []
+        noise = _running_median(m.get("noise_scale") or [], NOISE_WINDOW)
         fixed = None
         for g in a.groups:
             f = g.fit_at(a.target)
@@ -193,6 +196,20 @@ def bcrit_over_training(a: StudyAnalysis, ds: xr.Dataset) -> BcritCourse | None:
     return None
 
 
+def _running_median(points: list[list[float]], width: int) -> list[tuple[float, float, float]]:
+    """(step, examples, value) with each value the median of the ``width`` logged values
+    around it (B_simple of one log interval is the ratio of two noisy sums)."""
+    values = np.asarray([p[2] for p in points], dtype=float)
+    half = width // 2
+    out = []
+    for i, p in enumerate(points):
+        window = values[max(0, i - half) : i + half + 1]
+        window = window[np.isfinite(window)]
+        if window.size:
+            out.append((float(p[0]), float(p[1]), float(np.median(window))))
+    return out
+
+
 def draw_bcrit_over_training(rec: BcritCourse) -> Any:
     """B_crit(t) vs steps (left) and vs examples/tokens (right): ● measured, ▲ at least
     (every tested batch kept up), ▼ below the smallest tested batch (drawn at the base
@@ -203,7 +220,9 @@ def draw_bcrit_over_training(rec: BcritCourse) -> Any:
         (axes[0][1], rec.amount, rec.noise_amount, rec.amount_label),
     ):
         if rec.noise:
-            ax.plot(nx, rec.noise, color="0.5", lw=1.0, label="B_simple of the base")
+            ax.plot(
+                nx, rec.noise, color="0.5", lw=1.0, label="B_simple of the base (running median)"
+            )
         for kind, marker, name in (
             ("", "o", "B_crit by branching"),
             ("above", "^", "B_crit ≥ (all tested kept up)"),
