@@ -31,9 +31,12 @@ class SpikeDetector:
     history: list[float] = field(default_factory=list)
     flagged: bool = False  # whether the step before the next one was flagged
 
-    def scan(self, first_step: int, values: np.ndarray | list[float]) -> list[tuple[int, float]]:
+    def scan(
+        self, first_step: int, values: np.ndarray | list[float]
+    ) -> list[tuple[int, float, float]]:
         """Feed the values of steps ``first_step``, ``first_step + 1``, …; returns
-        (step, value) of every spike that begins among them."""
+        (step, value, median of the window it was compared with) of every spike that
+        begins among them."""
         found = []
         if self.window <= 0:
             return found
@@ -42,21 +45,15 @@ class SpikeDetector:
             if not math.isfinite(value):
                 self.flagged = False
                 continue
-            hit = len(self.history) >= self.window and value > self.factor * float(
-                np.median(self.history[-self.window :])
-            )
+            full = len(self.history) >= self.window
+            median = float(np.median(self.history[-self.window :])) if full else math.nan
+            hit = full and value > self.factor * median
             if hit and not self.flagged:
-                found.append((first_step + i, value))
+                found.append((first_step + i, value, median))
             self.flagged = hit
             self.history.append(value)
             del self.history[: -self.window]
         return found
-
-    def median(self) -> float | None:
-        """The median of the window (None while it is not full)."""
-        if len(self.history) < self.window or self.window <= 0:
-            return None
-        return float(np.median(self.history))
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (kept in checkpoints)."""
@@ -74,4 +71,4 @@ def find_spikes(
 ) -> list[int]:
     """The first step of every spike of a whole series (values of steps ``first_step``,
     ``first_step + 1``, …) under the rule of this module."""
-    return [step for step, _ in SpikeDetector(window, factor).scan(first_step, values)]
+    return [step for step, _, _ in SpikeDetector(window, factor).scan(first_step, values)]

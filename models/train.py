@@ -579,8 +579,7 @@ class Trainer:
         }
         for name, (steps, values) in found.items():
             detector = self.detectors[name]
-            median = detector.median()
-            for step, value in detector.scan(start + 1, values):
+            for step, value, median in detector.scan(start + 1, values):
                 steps.append(step)
                 if self.run_dir is not None and distributed.is_leader():
                     record_event(self.run_dir, name, step, value=value, median=median)

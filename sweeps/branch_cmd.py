@@ -78,7 +78,7 @@ def branch_dir(run_dir: Path, trial: str) -> Path:
     return run_dir / BRANCHES_DIR / _SLUG.sub("_", trial.replace("/", "_"))
 
 
-def run_branch(run_dir_text: str, request: BranchRequest) -> str:
+def run_branch(run_dir_text: str, request: BranchRequest, argv: list[str]) -> str:
     """The `sweep branch` command: check everything, write ``branch.json`` and run the
     branches to the end (the study's launcher); returns the base trial's id."""
     run_dir = Path(run_dir_text)
@@ -125,7 +125,7 @@ def run_branch(run_dir_text: str, request: BranchRequest) -> str:
     from stepscale.sweeps.plan import plan_points, plan_summary
 
     sizes = plan_points(derived, space, trainer)
-    _run(cfg, derived, space, run_dir, out, sizes, trainer, record, plan_summary)
+    _run(cfg, derived, space, run_dir, out, sizes, trainer, record, plan_summary, argv)
     return base_id
 
 
@@ -389,8 +389,11 @@ def _run(
     trainer: Any,
     record: dict[str, Any],
     plan_summary: Any,
+    argv: list[str],
 ) -> None:
-    """Write the branch directory's files and run its trials with the study's launcher."""
+    """Write the branch directory's files (``run.json`` the provenance of its runs) and run
+    its trials with the study's launcher."""
+    from stepscale.sweeps.provenance import finish_provenance, write_provenance
     from stepscale.sweeps.runlock import RunLock
     from stepscale.sweeps.storage import open_storage, resolve
     from stepscale.sweeps.study_files import make_run_dir
@@ -406,6 +409,7 @@ def _run(
         storage = open_storage(storage_spec)
         write_json_atomic(out / BRANCH_JSON, record)
         write_json_atomic(out / STUDY_JSON, _study_json(derived, record))
+        write_provenance(out, storage_spec, argv, jax_devices=cfg.launcher.name != "slurm")
     lock.close()
     from stepscale.sweeps.display import StudyProgress
     from stepscale.sweeps.scheduler import Scheduler
@@ -413,7 +417,12 @@ def _run(
     plan = plan_summary(derived, space, sizes)
     with StudyProgress(derived.name, plan) as progress:
         scheduler = Scheduler(derived, space, out, storage_spec, storage, sizes, trainer, progress)
-        scheduler.run()
+        try:
+            scheduler.run()
+        except BaseException:  # Ctrl-C, a crash: the runs so far stay recorded
+            finish_provenance(out, complete=False)
+            raise
+    finish_provenance(out, complete=not scheduler.stopped)
     if scheduler.stopped:
         print(
             f"sweep: stopped on request; run the same `sweep branch` again to resume ({out})",

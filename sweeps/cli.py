@@ -134,7 +134,8 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         from stepscale.sweeps.branch_args import request_from_args
         from stepscale.sweeps.branch_cmd import run_branch
 
-        base = run_branch(args.run_dir, request_from_args(args))
+        argv = sys.argv[1:] if argv_hint is None else argv_hint
+        base = run_branch(args.run_dir, request_from_args(args), argv)
         print(json.dumps(summary(args.run_dir, base), indent=2, sort_keys=True))
         return 0
     if args.command == "list":

@@ -4,12 +4,17 @@ and every new key refused with its name."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
+from scipy import stats
 
+from stepscale.analysis.course import ramp_comparison
 from stepscale.models import checkpoint
 from stepscale.models.config import DataConfig
 from stepscale.models.errors import ConfigError
@@ -171,9 +176,27 @@ def test_the_other_new_keys_are_refused_naming_themselves(key: str, value: objec
         prepare(cfg)
 
 
-def test_a_stage_batch_that_does_not_split_is_refused_at_the_command_line(
-    capsys: pytest.CaptureFixture[str],
+RAMP_TUNED = """\
+# @package _global_
+# The smoke study with the ramp's length tuned per point.
+defaults:
+  - smoke
+  - _self_
+data: {rampup: {start: 4, increment: 4}}
+nuisance:
+  ramp: {path: data.rampup.samples, type: int, low: 0, high: 256, unit: examples}
+"""
+
+
+def test_a_ramp_is_a_parameter_of_a_study_and_a_bad_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ramp_tuned.yaml").write_text(RAMP_TUNED)
+    # every point checked by the trainer at both ends of the ramp's range
+    code = main(["run", "conf=ramp_tuned", "--config-dir", str(tmp_path), "--dry-run"])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
     # 4 devices: the ramp's first batch of 6 does not split over them
     code = main(
         ["run", "conf=smoke", "--dry-run", "data.rampup.samples=64", "data.rampup.start=6",
@@ -212,3 +235,55 @@ def test_the_new_keys_go_through_every_search_space_format(fmt: str) -> None:
     # Optuna's format holds the tuned parameters only
     kept = [p for p in NEW_KEYS_DOC["parameters"] if fmt != "optuna" or p["role"] == "nuisance"]
     assert {p["name"]: p["path"] for p in kept} == paths
+
+
+def _ramp_dataset() -> xr.Dataset:
+    """A ramp study's Dataset with known numbers: per point one tune trial and three
+    confirm seeds, crossing the target at the given steps with the given examples."""
+    steps = {"c": [31.0, 30.0, 31.0, 32.0], "r": [37.0, 36.0, 37.0, 38.0]}
+    examples = {"c": [64 * s for s in steps["c"]], "r": [1040.0, 1000.0, 1040.0, 1080.0]}
+    ids, point, kind, cross, rate, ramp = [], [], [], [], [], []
+    for p, samples in (("c", 0), ("r", 1024)):
+        for n in range(4):
+            ids.append(f"rampup_samples={samples}/{n}")
+            point.append(f"rampup_samples={samples}")
+            kind.append("tune" if n == 0 else "confirm")
+            cross.append(steps[p][n])
+            rate.append(examples[p][n] / steps[p][n])
+            ramp.append(0 if p == "c" else 41)
+    grid = np.arange(0, 60, 10)
+    meta = [{"name": "rampup_samples", "coord": "rampup_samples", "role": "scientific",
+             "path": "data.rampup.samples", "quantity": None}]  # fmt: skip
+    return xr.Dataset(
+        coords={
+            "trial": ("trial", ids),
+            "step": ("step", grid),
+            "point": ("trial", point),
+            "kind": ("trial", kind),
+            "rampup_samples": ("trial", [0] * 4 + [1024] * 4),
+            "rampup_steps": ("trial", np.array(ramp, float)),
+            "steps_to_target_interp": ("trial", cross),
+            "examples": (("trial", "step"), np.outer(rate, grid)),
+        },
+        attrs={"parameters": json.dumps(meta), "target_loss": 1.1},
+    )
+
+
+def test_the_ramp_comparison_says_what_a_ramp_saved_with_intervals_from_confirm_seeds() -> None:
+    ds = _ramp_dataset()
+    rec = ramp_comparison(ds, {"rampup_samples=0": 0, "rampup_samples=1024": 4}, "sequences")
+    constant, ramp = rec.arms
+    assert not constant.ramped and ramp.ramped and ramp.reference == "rampup_samples=0"
+    assert constant.steps.mean == 31 and constant.examples.mean == 64 * 31
+    # Welch: d = 37 − 31 = 6, se = sqrt(2/3), 4 degrees of freedom
+    half = stats.t.ppf(0.975, 4) * math.sqrt(2 / 3)
+    assert ramp.d_steps.mean == pytest.approx(6.0)
+    assert (ramp.d_steps.lo, ramp.d_steps.hi) == pytest.approx((6 - half, 6 + half))
+    assert ramp.d_examples.mean == pytest.approx(1040 - 64 * 31)
+    assert rec.verdicts == (
+        f"rampup_samples=1024 vs rampup_samples=0: cost steps: +6 steps [{6 - half:.4g}, "
+        f"{6 + half:.4g}]; saved examples: -944 sequences [{ramp.d_examples.lo:.4g}, "
+        f"{ramp.d_examples.hi:.4g}].",
+    )
+    constant_only = ds.where(ds["rampup_steps"] == 0, drop=True)
+    assert ramp_comparison(constant_only, {}, "sequences") is None

@@ -4,16 +4,22 @@ constructed large gradient, and a run that ends above its initial loss counted d
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-from helpers import tiny_nqm
+import pytest
+import xarray as xr
+from helpers import read_jsonl, tiny_nqm
 
+from stepscale.analysis.course import spike_table
 from stepscale.models.config import OptimizerConfig
 from stepscale.models.optim import clip_updates, make_optimizer, set_hyperparams
 from stepscale.models.spikes import SpikeDetector, find_spikes
 from stepscale.models.train import train
-from stepscale.reporters import NullReporter
+from stepscale.reporters import Action, JsonlReporter, NullReporter
 from stepscale.sweeps.objective import objective_value
 from stepscale.sweeps.trainer_status import complete_status
 
@@ -31,7 +37,7 @@ def test_the_spike_rule_gives_the_exact_steps_of_a_constructed_series() -> None:
     # fed chunk by chunk, with the state saved and restored in between (a resume)
     found, det = [], SpikeDetector(5, 1.5)
     for start in range(0, 60, 7):
-        found += [s for s, _ in det.scan(start + 1, loss[start : start + 7])]
+        found += [s for s, _, _ in det.scan(start + 1, loss[start : start + 7])]
         saved = det.to_json()
         det = SpikeDetector(5, 1.5)
         det.load(saved)
@@ -96,3 +102,73 @@ def test_a_run_that_ends_above_its_initial_loss_is_diverged() -> None:
     records[-1]["eval_loss"] = 1.9
     kept = complete_status({"state": "complete", "steps_done": 20}, records, 20, None)
     assert kept["state"] == "complete"
+
+
+class _CrashAt(NullReporter):
+    def __init__(self, inner: JsonlReporter, step: int) -> None:
+        super().__init__()
+        self.inner, self.step = inner, step
+
+    def begin(self, step: int) -> None:
+        self.inner.begin(step)
+
+    def report(self, step: int, metrics: dict) -> Action:
+        self.inner.report(step, metrics)
+        if step >= self.step:
+            raise RuntimeError("simulated crash")
+        return Action.CONTINUE
+
+
+def test_a_run_records_its_spikes_as_events_and_counts_and_resumes_them(tmp_path: Path) -> None:
+    # Adam on the NQM: near the minimum its per-batch training loss swings (the noise term
+    # is as large as the loss), which this short window flags
+    cfg = tiny_nqm(
+        optimizer__name="adamw", optimizer__b1=0.9, optimizer__b2=0.95, optimizer__lr=0.1,
+        data__global_batch=4, train__max_steps=60, train__spike_window=10,
+        train__checkpoint_every=20,
+    )  # fmt: skip
+    straight, resumed = tmp_path / "a", tmp_path / "b"
+    status = train(cfg, JsonlReporter(straight), run_dir=straight)
+    steps = status["loss_spike_steps"]
+    assert status["loss_spikes"] == len(steps) >= 3
+    events = [e for e in read_jsonl(straight / "events.jsonl") if e["event"] == "loss_spike"]
+    assert [e["step"] for e in events] == steps
+    assert all(e["value"] > 1.5 * e["median"] for e in events)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, _CrashAt(JsonlReporter(resumed), 50), run_dir=resumed)
+    again = train(cfg, JsonlReporter(resumed), run_dir=resumed)  # from step 40
+    assert (
+        again["loss_spike_steps"] == steps
+        and again["grad_norm_spikes"] == status["grad_norm_spikes"]
+    )
+    events = [e for e in read_jsonl(resumed / "events.jsonl") if e["event"] == "loss_spike"]
+    assert [e["step"] for e in events] == steps  # none lost, none twice
+
+
+def test_the_spike_table_counts_per_point_with_the_lrs_of_spiking_trials() -> None:
+    meta = [
+        {"name": "b2", "coord": "b2", "role": "scientific", "path": "optimizer.b2",
+         "quantity": None},
+        {"name": "lr", "coord": "param_lr", "role": "nuisance", "path": "optimizer.lr",
+         "quantity": "learning_rate"},
+    ]  # fmt: skip
+    ds = xr.Dataset(
+        coords={
+            "trial": ("trial", ["b2=0.95/0", "b2=0.95/1", "b2=0.999/0", "b2=0.999/1"]),
+            "point": ("trial", ["b2=0.95", "b2=0.95", "b2=0.999", "b2=0.999"]),
+            "state": ("trial", ["complete", "diverged", "complete", "complete"]),
+            "b2": ("trial", [0.95, 0.95, 0.999, 0.999]),
+            "param_lr": ("trial", [0.01, 0.5, 0.01, 0.3]),
+            "loss_spikes": ("trial", [0.0, 3.0, 0.0, 0.0]),
+            "grad_norm_spikes": ("trial", [0.0, 1.0, 0.0, 4.0]),
+        },
+        attrs={"parameters": json.dumps(meta)},
+    )
+    rec = spike_table(ds)
+    low, high = rec.rows
+    assert (low.point, low.b2, low.trials, low.with_loss_spikes, low.loss_spikes) == (
+        "b2=0.95", "0.95", 2, 1, 3,
+    )  # fmt: skip
+    assert (low.grad_norm_spikes, low.diverged, low.lr_spiking, low.lr_quiet) == (1, 1, 0.5, 0.01)
+    assert (high.with_loss_spikes, high.grad_norm_spikes, high.lr_spiking) == (0, 4, 0.3)
+    assert rec.total_loss_spikes == 3 and rec.total_grad_norm_spikes == 5
