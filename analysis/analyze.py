@@ -288,7 +288,8 @@ def analyze(
                 at = _drop_automatic(at, droppable)
         elif axes.batch is None and target is not None and axes.x is not None:
             tune = sel & (ds["kind"].values == "tune")
-            result = steps_to_result(x[tune], ts.steps[target][tune], ts.horizon[tune])
+            if (x[tune] > 0).all():  # steps to result is tabulated on a positive axis
+                result = steps_to_result(x[tune], ts.steps[target][tune], ts.horizon[tune])
         opt = law = None
         if axes.lr is not None and axes.batch is not None:
             b_crit = None

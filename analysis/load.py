@@ -20,8 +20,10 @@ The run directory is the contract of docs/run-dir.md. The dataset holds:
   logged value where one was logged);
 - attributes: ``study``, ``objective_kind``, ``target_loss`` (absent without a
   target), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
-  run.json has no end time), trial counts, and ``batch_unit``: what a batch size counts
-  (``sequences``, ``examples`` …; :func:`batch_unit_of`).
+  run.json has no end time), trial counts, ``batch_unit``: what a batch size counts
+  (``sequences``, ``examples`` …; :func:`batch_unit_of`), and ``branches`` (JSON, only
+  when `sweep branch` measured the critical batch over training:
+  `stepscale.analysis.branching`).
 
 Coordinates with a unit carry it as their ``units`` attribute: ``examples``,
 ``examples_per_step`` and the batch-size parameter in ``batch_unit``, other parameters in
@@ -46,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stepscale import rundir
+from stepscale.analysis.branching import dataset_attr
 from stepscale.analysis.trial_files import (
     RunDirError,
     TrialRecord,
@@ -343,6 +346,9 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     target = objective.get("target_loss")
     if isinstance(target, (int, float)) and not isinstance(target, bool):
         attrs["target_loss"] = float(target)
+    branches = dataset_attr(root)
+    if branches is not None:
+        attrs["branches"] = branches
     return xr.Dataset(data_vars=data_vars, coords=coords, attrs=attrs)
 
 

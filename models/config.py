@@ -40,11 +40,27 @@ class ModelConfig:
 
 
 @dataclass
+class RampupConfig:
+    """Batch-size ramp-up towards ``data.global_batch`` (models/ramp.py), in global batch.
+
+    MaxText's rule (``start``, ``increment``, ``samples``: stages of equal samples) or a
+    custom ``schedule`` of ``[step, batch]`` pairs; ``samples: 0`` and no schedule = no ramp.
+    """
+
+    start: int | None = None  # first batch (MaxText: per_device_batch_size_start × devices)
+    increment: int | None = None  # batch added at each stage
+    samples: int = 0  # examples the ramp runs for (MaxText: global_rampup_samples); 0 = off
+    schedule: list[list[int]] = field(default_factory=list)  # [[step, batch], ...] from step 0
+    lr_coupling: str = "none"  # none | sqrt | linear: a stage's LR × (batch / global_batch)^p
+
+
+@dataclass
 class DataConfig:
     """Data source and MaxText batch semantics (global batch in examples/sequences)."""
 
     name: str = "markov"  # markov | tokens | text | teacher | nqm
-    global_batch: int = 32
+    global_batch: int = 32  # the batch of every step, or the one a ramp leads to
+    rampup: RampupConfig = field(default_factory=RampupConfig)
     seq_len: int = 64
     max_microbatch: int | None = None  # per device; None = the whole per-device batch
     seed: int = 0  # seed of the data *process* (e.g. the Markov chain's tables)
@@ -76,6 +92,9 @@ class OptimizerConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     clip: float = 0.0  # global-norm clip; 0 = off
+    # adamw / lamb: per-tensor update clipping (AdaFactor, StableAdamW): a tensor's update
+    # is divided by max(1, RMS(g² / v̂) ** 0.5 / update_clip); 0 = off
+    update_clip: float = 0.0
     nesterov: bool = False  # sgd / lars
     trust_coefficient: float = 0.001  # lars
 
@@ -112,6 +131,15 @@ class TrainConfig:
     eval_positions: int | None = None  # LM: evaluate on the first N positions only
     ema_decay: float = 0.0  # > 0: evaluate an exponential moving average of the weights
     noise_scale: bool = False  # estimate the gradient noise scale B_simple
+    # Spikes (models/spikes.py): a step's training loss above spike_factor × the median of
+    # the spike_window steps before it (its gradient norm above grad_norm_spike_factor ×
+    # theirs) is a spike; 0 = no detection
+    spike_window: int = 20
+    spike_factor: float = 1.5
+    grad_norm_spike_factor: float = 5.0
+    # Start from another run's checkpoint folder (…/checkpoints/step_<N>): its parameters,
+    # optimizer state and step; this run's own batch, LR… from there (sweep branch)
+    init_from: str | None = None
     seed: int = 0  # init and batch-order seed
     # Devices in use; None = all. In a multi-process run: global devices (all processes),
     # split evenly between the processes.

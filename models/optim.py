@@ -114,3 +114,36 @@ def set_hyperparams(name: str, opt_state: Any, hp: dict[str, jnp.ndarray], lr: j
     }
     new = {k: jnp.asarray(values[k], dtype=v.dtype) for k, v in opt_state.hyperparams.items()}
     return opt_state._replace(hyperparams=new)
+
+
+CLIPPED_OPTIMIZERS = ("adamw", "lamb")  # the optimizers with Adam's second moment v
+
+
+def _adam_moments(opt_state: Any) -> tuple[jnp.ndarray, Any]:
+    """(updates counted, second moment ``nu``) of the Adam state inside ``opt_state``."""
+    count = next(
+        leaf
+        for path, leaf in optax.tree_utils.tree_get_all_with_path(opt_state, "count")
+        if any(getattr(k, "tuple_name", "") == "ScaleByAdamState" for k in path)
+    )
+    return count, optax.tree_utils.tree_get(opt_state, "nu")
+
+
+def clip_updates(updates: Any, grads: Any, opt_state: Any, hp: dict[str, jnp.ndarray]) -> Any:
+    """Per-tensor update clipping (AdaFactor; StableAdamW, Wortsman et al. 2023): with
+    v̂ the bias-corrected second moment after this step's gradient g, a tensor's update is
+    divided by max(1, RMS / d), RMS = sqrt(mean(g² / v̂)) over the tensor and
+    d = ``hp["update_clip"]`` (0 = off). RMS is about 1 while v̂ tracks g²; a gradient
+    much larger than its history (what β2 close to 1 lets through) makes it large."""
+    count, nu = _adam_moments(opt_state)
+    threshold = hp["update_clip"]
+    correction = jnp.maximum(1.0 - hp["b2"] ** count.astype(jnp.float32), 1e-30)
+    floor = jnp.maximum(jnp.square(hp["eps"]), 1e-30)
+
+    def clip(u: jnp.ndarray, g: jnp.ndarray, v: jnp.ndarray) -> jnp.ndarray:
+        v_hat = v.astype(jnp.float32) / correction
+        rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, floor)))
+        scale = 1.0 / jnp.maximum(1.0, rms / jnp.maximum(threshold, 1e-30))
+        return (u * jnp.where(threshold > 0, scale, 1.0)).astype(u.dtype)
+
+    return jax.tree.map(clip, updates, grads, nu)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,11 +27,23 @@ from stepscale.models.distributed import maybe_initialize
 from stepscale.models.durations import to_steps
 from stepscale.models.errors import ConfigError, ConfigWarning
 from stepscale.models.memory import check_fits
-from stepscale.models.optim import OPTIMIZERS
+from stepscale.models.optim import CLIPPED_OPTIMIZERS, OPTIMIZERS
+from stepscale.models.ramp import BatchSchedule, batch_schedule, lr_scale
 from stepscale.models.schedules import SCHEDULES
 from stepscale.models.sharding import MIN_SHARD_ELEMENTS, SHARDINGS, sharded_count
 
 DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage of the batch schedule: from step ``start`` on, its own batch layout, LR
+    factor and compiled program (``static_key``)."""
+
+    start: int
+    batch: BatchPlan
+    lr_scale: float
+    static_key: str
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,7 @@ class RunPlan:
     cfg: TrainerConfig
     source: DataSource
     info: DataInfo
-    batch: BatchPlan
+    batch: BatchPlan  # the layout of data.global_batch (the final batch of a ramp)
     horizon: int
     warmup: int
     decay_steps: int
@@ -49,6 +62,14 @@ class RunPlan:
     n_params: int
     flops_per_step: float
     static_key: str  # identifies the compiled programs (shapes and program choices only)
+    schedule: BatchSchedule | None = None  # the batch of every step (data.rampup)
+    stages: tuple[Stage, ...] = ()  # one per batch of the schedule, in step order
+
+    def examples_before(self, step: int) -> int:
+        """Examples consumed by the first ``step`` steps of this run's schedule."""
+        if self.schedule is None:
+            return step * self.examples_per_step
+        return self.schedule.examples_before(step)
 
     def hyperparams(self) -> dict[str, float]:
         """The runtime hyperparameters of the compiled step, as plain floats."""
@@ -60,6 +81,8 @@ class RunPlan:
             "eps": o.eps,
             "weight_decay": o.weight_decay,
             "clip": o.clip,
+            "update_clip": o.update_clip,
+            "lr_scale": 1.0,
             "warmup": float(self.warmup),
             "horizon": float(self.horizon),
             "decay_steps": float(self.decay_steps),
@@ -98,6 +121,13 @@ def _check_optimizer(cfg: TrainerConfig) -> None:
     _positive("optimizer.weight_decay", o.weight_decay, allow_zero=True)
     _positive("optimizer.clip", o.clip, allow_zero=True)
     _positive("optimizer.trust_coefficient", o.trust_coefficient)
+    _positive("optimizer.update_clip", o.update_clip, allow_zero=True)
+    if o.update_clip and o.name not in CLIPPED_OPTIMIZERS:
+        raise ConfigError(
+            "optimizer.update_clip",
+            f"clips Adam's update ratio, which {o.name} has not; use it with "
+            f"{' or '.join(CLIPPED_OPTIMIZERS)}, or set it to 0",
+        )
 
 
 def _check_train(cfg: TrainerConfig) -> int:
@@ -109,6 +139,15 @@ def _check_train(cfg: TrainerConfig) -> int:
     _positive("train.divergence_factor", t.divergence_factor)
     _positive("train.eval_positions", t.eval_positions)
     _in_unit_interval("train.ema_decay", t.ema_decay)
+    if not isinstance(t.spike_window, int) or t.spike_window < 0:
+        raise ConfigError(
+            "train.spike_window", f"must be a whole number of steps ≥ 0, got {t.spike_window!r}"
+        )
+    for name in ("spike_factor", "grad_norm_spike_factor"):
+        value = getattr(t, name)
+        if not math.isfinite(value) or value <= 1.0:
+            raise ConfigError(f"train.{name}", f"must be a finite number > 1, got {value}")
+    _check_init_from(t.init_from)
     for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
         if not 0 <= seed < 2**32:
             raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
@@ -138,7 +177,35 @@ def _check_train(cfg: TrainerConfig) -> int:
     return devices
 
 
-def _horizon(cfg: TrainerConfig, examples: int, tokens: int) -> int:
+def _check_init_from(path: str | None) -> None:
+    """``train.init_from`` names a checkpoint folder (``…/checkpoints/step_<N>``)."""
+    if path is None:
+        return
+    folder = os.path.expanduser(str(path))
+    name = os.path.basename(os.path.normpath(folder))
+    if not name.startswith("step_") or not name[5:].isdigit():
+        raise ConfigError(
+            "train.init_from",
+            f"{path!r} is not a checkpoint folder; give one like RUN/checkpoints/step_000000100",
+        )
+    for part in ("host.json", "arrays.npz"):
+        if not os.path.isfile(os.path.join(folder, part)):
+            raise ConfigError("train.init_from", f"{path} has no {part}: not a checkpoint")
+
+
+def _by_schedule(
+    value: float | None, per_example: float, schedule: BatchSchedule, steps: int | None
+) -> int | None:
+    """A duration in examples (or tokens, ``per_example`` of them an example) as steps of a
+    ramped ``schedule`` (rounded up); ``steps`` as `to_steps` gave it otherwise."""
+    if value is None or not schedule.ramped:
+        return steps
+    return schedule.steps_for_examples(value / per_example)
+
+
+def _horizon(
+    cfg: TrainerConfig, examples: int, tokens: int, schedule: BatchSchedule | None = None
+) -> int:
     t = cfg.train
     if t.max_tokens is not None or t.max_examples is not None:
         steps = None  # a horizon in tokens/examples replaces the default in steps
@@ -155,10 +222,20 @@ def _horizon(cfg: TrainerConfig, examples: int, tokens: int) -> int:
     )
     if horizon is None:
         raise ConfigError("train.max_steps", "the run needs a horizon: set train.max_steps")
+    if schedule is not None:
+        per_token = tokens / examples
+        horizon = _by_schedule(t.max_examples, 1, schedule, horizon)
+        horizon = _by_schedule(t.max_tokens, per_token, schedule, horizon)
     return horizon
 
 
-def _warmup(cfg: TrainerConfig, horizon: int, examples: int, tokens: int) -> int:
+def _warmup(
+    cfg: TrainerConfig,
+    horizon: int,
+    examples: int,
+    tokens: int,
+    schedule: BatchSchedule | None = None,
+) -> int:
     s = cfg.schedule
     _choice("schedule.name", s.name, SCHEDULES)
     warmup = to_steps(
@@ -171,6 +248,9 @@ def _warmup(cfg: TrainerConfig, horizon: int, examples: int, tokens: int) -> int
         tokens_per_step=tokens,
         horizon=horizon,
     )
+    if schedule is not None and warmup is not None:
+        warmup = _by_schedule(s.warmup_examples, 1, schedule, warmup)
+        warmup = _by_schedule(s.warmup_tokens, tokens / examples, schedule, warmup)
     warmup = warmup or 0
     if warmup > horizon:
         raise ConfigError(
@@ -246,12 +326,15 @@ def _warn_if_nothing_shards(cfg: TrainerConfig, info: DataInfo, devices: int) ->
 
 
 def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
-    """Only what shapes or selects the compiled program; runtime values are left out."""
+    """Only what shapes or selects the compiled program; runtime values are left out.
+    ``batch`` is the layout of the program's step (a ramp's stages differ in it alone)."""
     data = dataclasses.asdict(cfg.data)
     # Only fields that reach the compiled step as *arrays* may be left out (the Markov and
-    # teacher tables come from seed/concentration; file data is fed from the host).
-    for runtime in ("seed", "path", "heldout_frac", "concentration"):
+    # teacher tables come from seed/concentration; file data is fed from the host). The
+    # ramp only chooses which batch a step has: each batch is a program of its own.
+    for runtime in ("seed", "path", "heldout_frac", "concentration", "rampup"):
         data.pop(runtime, None)
+    data["global_batch"] = batch.global_batch
     static = {
         "model": dataclasses.asdict(nets.resolve(cfg.model, info)),
         "data": data,
@@ -261,6 +344,7 @@ def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
         "batch": dataclasses.asdict(batch),
         "ema": cfg.train.ema_decay > 0,
         "eval_positions": cfg.train.eval_positions,
+        **({"update_clip": True} if cfg.optimizer.update_clip > 0 else {}),
     }
     return json.dumps(static, sort_keys=True, default=str)
 
@@ -282,15 +366,18 @@ def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
     batch = plan_batch(
         cfg.data.global_batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
     )
+    schedule = batch_schedule(cfg.data)
     examples = cfg.data.global_batch
     tokens = examples * info.tokens_per_example
-    horizon = _horizon(cfg, examples, tokens)
-    warmup = _warmup(cfg, horizon, examples, tokens)
+    horizon = _horizon(cfg, examples, tokens, schedule)
+    warmup = _warmup(cfg, horizon, examples, tokens, schedule)
+    stages = _stages(cfg, schedule, batch, devices, info)
     decay_steps = max(1, math.ceil(cfg.schedule.decay_frac * horizon))
     _check_target(cfg, info, source)
     n_params = nets.count_params(cfg.model, info)
     if check_memory:
-        check_fits(cfg, info, model, batch, n_params)
+        largest = max((st.batch for st in stages), key=lambda b: b.global_batch)
+        check_fits(cfg, info, model, largest, n_params)
     return RunPlan(
         cfg=cfg,
         source=source,
@@ -304,14 +391,44 @@ def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
         n_params=n_params,
         flops_per_step=nets.flops_per_example(cfg.model, info) * examples,
         static_key=_static_key(cfg, batch, info),
+        schedule=schedule,
+        stages=stages,
     )
+
+
+def _stages(
+    cfg: TrainerConfig, schedule: BatchSchedule, final: BatchPlan, devices: int, info: DataInfo
+) -> tuple[Stage, ...]:
+    """Every stage's batch layout (each must split over the devices and microbatches as
+    ``data.global_batch`` does), LR factor and program key."""
+    field = "data.rampup.schedule" if cfg.data.rampup.schedule else "data.rampup.start"
+    coupling = cfg.data.rampup.lr_coupling
+    out = []
+    for stage in schedule.stages:
+        if stage.batch == final.global_batch:
+            plan = final
+        else:
+            try:
+                plan = plan_batch(
+                    stage.batch, devices, cfg.data.max_microbatch, cfg.train.noise_scale
+                )
+            except ConfigError as exc:
+                raise ConfigError(
+                    field, f"the ramp's batch {stage.batch} cannot be laid out: {exc}"
+                ) from None
+        scale = lr_scale(coupling, stage.batch, final.global_batch)
+        out.append(Stage(stage.start, plan, scale, _static_key(cfg, plan, info)))
+    return tuple(out)
 
 
 def describe(plan: RunPlan) -> dict[str, Any]:
     """The derived quantities a user wants to see beside the config."""
     b = plan.batch
+    ramp = plan.schedule is not None and plan.schedule.ramped
     return {
         "horizon_steps": plan.horizon,
+        "rampup_steps": plan.schedule.rampup_steps if plan.schedule is not None else 0,
+        **({"batch_stages": plan.schedule.as_list()} if ramp else {}),
         "warmup_steps": plan.warmup,
         "global_batch": b.global_batch,
         "devices": b.devices,

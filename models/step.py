@@ -21,7 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from stepscale.models.batching import BatchPlan, batch_sharding, split_microbatches
-from stepscale.models.optim import set_hyperparams
+from stepscale.models.optim import clip_updates, set_hyperparams
 from stepscale.models.schedules import lr_at
 from stepscale.models.sharding import constrain, gather
 
@@ -47,6 +47,7 @@ class StepSpec:
     ema: bool
     noise_scale: bool
     eval_positions: int | None
+    update_clip: bool = False  # the program clips updates per tensor (optimizer.update_clip)
     # fsdp (models/sharding.py): the layout of the state and of its parameters; None when
     # replicated (the program then carries no sharding annotations for the state at all).
     state_sharding: Any = None
@@ -129,9 +130,12 @@ def _train_step(
     clip = hp["clip"]
     scale = jnp.where(clip > 0, jnp.minimum(1.0, clip / (grad_norm + 1e-12)), 1.0)
     grads = jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
-    lr = lr_at(spec.schedule, step, hp)
+    # lr_scale: a ramp stage's LR coupling (1 otherwise, which leaves the LR bit-exact)
+    lr = lr_at(spec.schedule, step, hp) * hp["lr_scale"]
     opt_state = set_hyperparams(spec.optimizer, state["opt"], hp, lr)
     updates, opt_state = spec.tx.update(grads, opt_state, params)
+    if spec.update_clip:
+        updates = clip_updates(updates, grads, opt_state, hp)
     new_params = optax.apply_updates(params, updates)
     new_state = {"params": new_params, "opt": opt_state, "step": step + 1}
     if spec.ema:
@@ -154,7 +158,7 @@ def _train_step(
     return new_state, metrics
 
 
-_CHUNK_CACHE: dict[tuple[str, int, bool], Callable[..., Any]] = {}
+_CHUNK_CACHE: dict[tuple[str, int, bool, bool], Callable[..., Any]] = {}
 _EVAL_CACHE: dict[str, Callable[..., Any]] = {}
 _INIT_CACHE: dict[str, Callable[..., Any]] = {}
 
@@ -193,11 +197,18 @@ def init_fn(
     return fn
 
 
-def chunk_fn(spec: StepSpec, length: int, host_data: bool) -> Callable[..., Any]:
+def chunk_fn(
+    spec: StepSpec, length: int, host_data: bool, counted: bool = False
+) -> Callable[..., Any]:
     """``f(state, hp, arrays, key, batches) -> (state, metrics[length])``, compiled once per
     static signature. ``batches`` is ``[length, B, ...]`` host data, or None for device-side
-    sampling. The state argument is donated."""
-    cache_key = (spec.key, length, host_data)
+    sampling. The state argument is donated.
+
+    ``counted``: ``f(state, hp, arrays, key, batches, n)`` runs only the first ``n`` of its
+    ``length`` steps (a runtime value; the rest are skipped inside the program and their
+    metrics are zeros), so chunks of any length up to ``length`` share one program: a
+    batch ramp compiles once per batch size, whatever its stage boundaries."""
+    cache_key = (spec.key, length, host_data, counted)
     if cache_key in _CHUNK_CACHE:
         return _CHUNK_CACHE[cache_key]
 
@@ -209,11 +220,31 @@ def chunk_fn(spec: StepSpec, length: int, host_data: bool) -> Callable[..., Any]
 
         return jax.lax.scan(body, state, batches, length=length)
 
+    def run_counted(
+        state: Any, hp: Any, arrays: Any, key: jax.Array, batches: Any, n: jax.Array
+    ) -> Any:
+        TRACE_COUNTS["train_chunk"] += 1
+
+        def step(carry: Any, batch: Any) -> Any:
+            return _train_step(spec, carry, hp, arrays, key, batch)
+
+        def body(carry: Any, xs: Any) -> Any:
+            i, batch = xs
+            shapes = jax.eval_shape(step, carry, batch)[1]
+
+            def skip(c: Any, b: Any) -> Any:
+                return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+            return jax.lax.cond(i < n, step, skip, carry, batch)
+
+        return jax.lax.scan(body, state, (jnp.arange(length), batches), length=length)
+
+    fn_body = run_counted if counted else run
     if spec.state_sharding is None:
-        fn = jax.jit(run, donate_argnums=(0,))
+        fn = jax.jit(fn_body, donate_argnums=(0,))
     else:  # the state keeps its layout from call to call (and its buffers are reused)
         replicated = jax.sharding.NamedSharding(spec.mesh, jax.sharding.PartitionSpec())
-        fn = jax.jit(run, donate_argnums=(0,), out_shardings=(spec.state_sharding, replicated))
+        fn = jax.jit(fn_body, donate_argnums=(0,), out_shardings=(spec.state_sharding, replicated))
     _CHUNK_CACHE[cache_key] = fn
     return fn
 

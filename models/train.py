@@ -28,7 +28,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from stepscale.events import record_event
+from stepscale.events import drop_events, record_event
 from stepscale.models import checkpoint, distributed, nets
 from stepscale.models.batching import AXIS, make_mesh, replicated
 from stepscale.models.config import TrainerConfig
@@ -36,6 +36,7 @@ from stepscale.models.errors import ConfigError
 from stepscale.models.optim import make_optimizer
 from stepscale.models.plan import RunPlan, describe, prepare
 from stepscale.models.sharding import bytes_per_device, tree_shardings
+from stepscale.models.spikes import SpikeDetector
 from stepscale.models.step import (
     DATA_STREAM,
     StepSpec,
@@ -45,7 +46,7 @@ from stepscale.models.step import (
     init_fn,
 )
 from stepscale.reporters import Action, NullReporter, Reporter
-from stepscale.rundir import interpolated_crossing
+from stepscale.rundir import GRAD_NORM_SPIKE, LOSS_SPIKE, interpolated_crossing
 
 Progress = Callable[[int, int, dict[str, Any]], None]
 
@@ -85,10 +86,19 @@ class LoopState:
     last_log_step: int = 0
     last_log_wall: float = 0.0
     final: dict[str, Any] | None = None  # the status, once the run has ended
+    examples: int | None = None  # examples consumed so far (exact under a batch ramp)
+    spikes: dict[str, Any] = field(default_factory=dict)  # the detectors' windows
+    loss_spike_steps: list[int] = field(default_factory=list)
+    grad_norm_spike_steps: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for checkpoints)."""
         return dict(self.__dict__)
+
+
+# How many spike steps status.json lists (all are counted, and all are in events.jsonl).
+MAX_LISTED = 100
+ABOVE_START = "final eval loss above the initial eval loss"
 
 
 @dataclass(frozen=True)
@@ -140,7 +150,16 @@ class Trainer:
         self.mesh = make_mesh(plan.batch.devices)
         self.repl = replicated(self.mesh)
         self.host_data = not plan.source.device_side
-        self.noise = t.noise_scale or plan.batch.noise_scale_free
+        stages = plan.stages
+        self.noise = t.noise_scale or all(st.batch.noise_scale_free for st in stages)
+        self.schedule = plan.schedule
+        # A ramp runs every chunk with its stage's program, each taking its number of steps
+        # as a runtime value: one compiled program per batch size, whatever the chunk.
+        self.ramp = self.schedule is not None and self.schedule.ramped
+        cadences = [t.log_every, t.eval_every] + (
+            [t.checkpoint_every] if t.checkpoint_every else []
+        )
+        self.chunk_len = min(cadences) if self.ramp else None
         self.layout = {
             "devices": plan.batch.devices,
             "processes": self.procs,
@@ -149,10 +168,24 @@ class Trainer:
         self.resharded_from: dict[str, Any] | None = None  # the layout a resume read
         self.state_bytes: int | None = None  # of the final state, on one device
         self.spec = self._spec()
+        self.stage_specs = [
+            self.spec
+            if st.static_key == plan.static_key
+            else dataclasses.replace(self.spec, key=self._key(st.static_key), plan=st.batch)
+            for st in stages
+        ]
         # Host values every process holds in full become global arrays (distributed.put).
-        self.hp = distributed.put(
-            {k: np.float32(v) for k, v in plan.hyperparams().items()}, self.repl
-        )
+        base_hp = {k: np.float32(v) for k, v in plan.hyperparams().items()}
+        self.stage_hp = [
+            distributed.put(base_hp | {"lr_scale": np.float32(st.lr_scale)}, self.repl)
+            for st in stages
+        ]
+        self.hp = self.stage_hp[-1]
+        self.detectors = {
+            LOSS_SPIKE: SpikeDetector(t.spike_window, t.spike_factor),
+            GRAD_NORM_SPIKE: SpikeDetector(t.spike_window, t.grad_norm_spike_factor),
+        }
+        self.init_from: str | None = None  # the checkpoint this run started from, if another's
         self.key = distributed.put(
             jax.random.fold_in(jax.random.PRNGKey(t.seed), DATA_STREAM), self.repl
         )
@@ -160,15 +193,20 @@ class Trainer:
         self.eval_batches = self._eval_batches()
 
     # ----------------------------------------------------------------- setup
+    def _key(self, static_key: str) -> str:
+        """The cache key of a program: the plan's static key and the run's layout."""
+        procs = f"|processes={self.procs}" if self.procs > 1 else ""
+        mode = self.cfg.train.sharding
+        layout = f"|sharding={mode}" if mode != "replicated" else ""
+        return static_key + f"|noise={self.noise}|mesh={self.plan.batch.devices}{procs}{layout}"
+
     def _spec(self) -> StepSpec:
         cfg, plan = self.cfg, self.plan
         abstract = nnx.eval_shape(lambda: nets.build_model(cfg.model, plan.info, nnx.Rngs(0)))
         graphdef, _ = nnx.split(abstract)
-        procs = f"|processes={self.procs}" if self.procs > 1 else ""
         mode = cfg.train.sharding
-        layout = f"|sharding={mode}" if mode != "replicated" else ""
         spec = StepSpec(
-            key=plan.static_key + f"|noise={self.noise}|mesh={plan.batch.devices}{procs}{layout}",
+            key=self._key(plan.static_key),
             graphdef=graphdef,
             tx=make_optimizer(cfg.optimizer),
             optimizer=cfg.optimizer.name,
@@ -179,6 +217,7 @@ class Trainer:
             ema=cfg.train.ema_decay > 0,
             noise_scale=self.noise,
             eval_positions=cfg.train.eval_positions,
+            update_clip=cfg.optimizer.update_clip > 0,
         )
         if mode == "replicated":
             return spec
@@ -218,20 +257,27 @@ class Trainer:
             [t.checkpoint_every] if t.checkpoint_every else []
         )
         nxt = min((step // c + 1) * c for c in cadences)
+        change = self.schedule.next_change(step) if self.ramp else None
+        if change is not None:
+            nxt = min(nxt, change)
         return min(nxt, self.plan.horizon)
 
-    def _host_batches(self, start: int, length: int) -> Any:
-        """``[length, B, ...]`` batches spread over the devices; each device's rows are read
-        by the process that holds the device, and only those (host-side sources)."""
-        src, seed, b = self.plan.source, self.cfg.train.seed, self.plan.batch.global_batch
+    def _host_batches(self, start: int, length: int, b: int, pad_to: int | None = None) -> Any:
+        """``[length, b, ...]`` batches spread over the devices; each device's rows are read
+        by the process that holds the device, and only those (host-side sources). With
+        ``pad_to``, zeros fill the steps after ``length`` (a counted chunk skips them)."""
+        src, seed = self.plan.source, self.cfg.train.seed
+        rows_of_steps = length
+        length = pad_to or length
         sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(None, AXIS))
         local: dict[tuple[int, int], Any] = {}
 
         def rows(lo: int, hi: int) -> Any:  # [length, hi - lo, ...] for one device
             if (lo, hi) not in local:
                 part = slice(lo, hi)
-                steps = range(start, start + length)
+                steps = range(start, start + rows_of_steps)
                 per_step = [src.host_batch(seed, s, b, rows=part) for s in steps]
+                per_step += [jax.tree.map(np.zeros_like, per_step[0])] * (length - len(per_step))
                 local[(lo, hi)] = jax.tree.map(lambda *xs: np.stack(xs), *per_step)
             return local[(lo, hi)]
 
@@ -274,7 +320,9 @@ class Trainer:
         )
         latest = distributed.broadcast_int(self._newest_valid(steps))
         if latest < 0:
-            return state, LoopState()
+            if self.cfg.train.init_from:
+                return self._start_from(state, self.cfg.train.init_from)
+            return state, LoopState(examples=0)
         state, host = checkpoint.restore(self.ckpt_dir, latest, state)
         written = checkpoint.layout(self.ckpt_dir, latest)
         if written is not None and written != self.layout:
@@ -289,7 +337,57 @@ class Trainer:
                     _layout_text(written),
                     _layout_text(self.layout),
                 )
-        return state, LoopState(**host)
+        loop = LoopState(**host)
+        if loop.examples is None:  # a checkpoint written before examples were counted
+            loop.examples = self.plan.examples_before(loop.step)
+        self._load_detectors(loop)
+        self.init_from = self.cfg.train.init_from
+        if self.run_dir is not None and distributed.is_leader():
+            # spikes past the checkpoint are found again
+            drop_events(self.run_dir, (LOSS_SPIKE, GRAD_NORM_SPIKE), loop.step)
+        return state, loop
+
+    def _start_from(self, state: dict[str, Any], path: str) -> tuple[dict[str, Any], LoopState]:
+        """Start from another run's checkpoint (``train.init_from``): its parameters,
+        optimizer state and step, and its record of the evaluations so far (initial, best
+        and last loss, the target's crossing); the steps from there are this run's."""
+        folder = Path(os.path.expanduser(path))
+        try:
+            step = int(folder.name.removeprefix("step_"))
+            state, host = checkpoint.restore(folder.parent, step, state)
+        except (checkpoint.CorruptCheckpoint, OSError) as exc:
+            raise ConfigError("train.init_from", f"cannot read {path}: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(
+                "train.init_from",
+                f"{path} does not hold this run's model and optimizer state ({exc})",
+            ) from None
+        if step >= self.plan.horizon:
+            raise ConfigError(
+                "train.init_from",
+                f"{path} is at step {step}, at or past this run's horizon of "
+                f"{self.plan.horizon} steps; set train.max_steps beyond it",
+            )
+        base = LoopState(**host)
+        loop = LoopState(
+            step=base.step,
+            initial_loss=base.initial_loss,
+            best_eval_loss=base.best_eval_loss,
+            last_eval_loss=base.last_eval_loss,
+            last_eval_step=base.last_eval_step,
+            steps_to_target=base.steps_to_target,
+            steps_to_target_interp=base.steps_to_target_interp,
+            last_log_step=base.step,
+            examples=base.examples if base.examples is not None else 0,
+            spikes=base.spikes,
+        )
+        self._load_detectors(loop)
+        self.init_from = str(path)
+        return state, loop
+
+    def _load_detectors(self, loop: LoopState) -> None:
+        for name, detector in self.detectors.items():
+            detector.load(loop.spikes.get(name))
 
     def _newest_valid(self, steps: list[int]) -> int:
         """The newest of ``steps`` whose checkpoint verifies (-1: none); process 0 checks and
@@ -318,7 +416,6 @@ class Trainer:
         return codes[distributed.broadcast_int(codes.index(action))]
 
     def _log_record(self, loop: LoopState, last: dict[str, float], now: float) -> dict[str, Any]:
-        p = self.plan
         pend = loop.pending
         rec: dict[str, Any] = {
             "train_loss": float(np.mean(pend["loss"])),
@@ -333,14 +430,24 @@ class Trainer:
         steps = loop.step - loop.last_log_step
         elapsed = now - loop.last_log_wall
         rec.update(
-            tokens=loop.step * p.tokens_per_step,
-            examples=loop.step * p.examples_per_step,
+            tokens=self._tokens(loop),
+            examples=loop.examples,
+            step_batch=self._batch_of(loop.step),
             wall_s=round(now, 4),
             steps_per_s=round(steps / elapsed, 3) if elapsed > 0 else None,
         )
         loop.pending = {}
         loop.last_log_step, loop.last_log_wall = loop.step, now
         return rec
+
+    def _tokens(self, loop: LoopState) -> int:
+        return int(loop.examples or 0) * self.plan.info.tokens_per_example
+
+    def _batch_of(self, step: int) -> int:
+        """The global batch of the update that made ``step`` (that of step 1 at step 0)."""
+        if self.schedule is None:
+            return self.plan.examples_per_step
+        return self.schedule.batch_at(max(step - 1, 0))
 
     def _eval_record(self, loop: LoopState, loss: float) -> dict[str, Any]:
         rec: dict[str, Any] = {"eval_loss": loss}
@@ -426,11 +533,22 @@ class Trainer:
         start = loop.step
         end = self._next_event(start)
         length = end - start
-        batches = self._host_batches(start, length) if self.host_data else None
-        fn = chunk_fn(self.spec, length, self.host_data)
-        state, metrics = fn(state, self.hp, self.arrays, self.key, batches)
+        i = self.schedule.stage_index(start) if self.ramp and self.schedule else -1
+        spec, hp = self.stage_specs[i], self.stage_hp[i]
+        b = spec.plan.global_batch
+        if self.chunk_len is None:
+            batches = self._host_batches(start, length, b) if self.host_data else None
+            fn = chunk_fn(spec, length, self.host_data)
+            state, metrics = fn(state, hp, self.arrays, self.key, batches)
+        else:
+            width = self.chunk_len
+            batches = self._host_batches(start, length, b, pad_to=width) if self.host_data else None
+            fn = chunk_fn(spec, width, self.host_data, counted=True)
+            n = distributed.put(np.int32(length), self.repl)
+            state, metrics = fn(state, hp, self.arrays, self.key, batches, n)
         metrics = {
-            k: np.asarray(v, dtype=np.float64) for k, v in distributed.to_host(metrics).items()
+            k: np.asarray(v, dtype=np.float64)[:length]
+            for k, v in distributed.to_host(metrics).items()
         }
         bad = self._first_non_finite(metrics["loss"])
         if bad is not None:
@@ -438,7 +556,9 @@ class Trainer:
             end = start + bad + 1
         for k, v in metrics.items():
             loop.pending.setdefault(k, []).extend(v.tolist())
+        self._find_spikes(loop, start, metrics)
         loop.step = end
+        loop.examples = int(loop.examples or 0) + (end - start) * b
         now = time.perf_counter() - clock0
         last = {k: float(v[-1]) for k, v in metrics.items()}
         if bad is not None:
@@ -450,6 +570,21 @@ class Trainer:
             self.progress(loop.step, self.plan.horizon, info)
         return state, self._ending(loop, action, evaluated)
 
+    def _find_spikes(self, loop: LoopState, start: int, metrics: dict[str, np.ndarray]) -> None:
+        """Loss and gradient-norm spikes among a chunk's steps (models/spikes.py): counted,
+        kept for the status and written to events.jsonl (process 0)."""
+        found = {
+            LOSS_SPIKE: (loop.loss_spike_steps, metrics["loss"]),
+            GRAD_NORM_SPIKE: (loop.grad_norm_spike_steps, metrics["grad_norm"]),
+        }
+        for name, (steps, values) in found.items():
+            detector = self.detectors[name]
+            for step, value, median in detector.scan(start + 1, values):
+                steps.append(step)
+                if self.run_dir is not None and distributed.is_leader():
+                    record_event(self.run_dir, name, step, value=value, median=median)
+            loop.spikes[name] = detector.to_json()
+
     def _events(
         self, state: dict[str, Any], loop: LoopState, last: dict[str, float], now: float
     ) -> tuple[Action, bool]:
@@ -458,14 +593,18 @@ class Trainer:
         t, step = self.cfg.train, loop.step
         at_end = step == self.plan.horizon
         rec: dict[str, Any] = {}
-        if step % t.log_every == 0 or at_end:
+        # The last step of every ramp stage is logged too: the batch of each step can be
+        # read from the records.
+        stage_end = self.ramp and self._batch_of(step) != self._batch_of(step + 1)
+        if step % t.log_every == 0 or at_end or stage_end:
             rec.update(self._log_record(loop, last, now))
         evaluated = step % t.eval_every == 0 or at_end
         if evaluated:
             eval_rec = self._eval_record(loop, self._evaluate(state))
             rec.update(eval_rec)
-            rec.setdefault("tokens", step * self.plan.tokens_per_step)
-            rec.setdefault("examples", step * self.plan.examples_per_step)
+            rec.setdefault("tokens", self._tokens(loop))
+            rec.setdefault("examples", loop.examples)
+            rec.setdefault("step_batch", self._batch_of(step))
             rec.setdefault("wall_s", round(now, 4))
         action = self._report(step, rec) if rec else Action.CONTINUE
         if t.checkpoint_every and step % t.checkpoint_every == 0 and not at_end:
@@ -474,6 +613,7 @@ class Trainer:
 
     def _status(self, loop: LoopState, ending: Ending, now: float) -> dict[str, Any]:
         p = self.plan
+        ending = self._worse_than_start(loop, ending)
         return {
             "state": ending.state,
             "reason": ending.reason,
@@ -484,17 +624,36 @@ class Trainer:
             "steps_to_target_interp": loop.steps_to_target_interp,
             "target_loss": self.cfg.train.target_loss,
             "best_eval_loss": loop.best_eval_loss,
-            "final_eval_loss": loop.last_eval_loss if ending.state != "diverged" else None,
+            "final_eval_loss": (
+                loop.last_eval_loss
+                if ending.state != "diverged" or ending.reason == ABOVE_START
+                else None
+            ),
             "diverged_step": ending.diverged_step,
             "params": p.n_params,
-            "tokens_done": loop.step * p.tokens_per_step,
-            "examples_done": loop.step * p.examples_per_step,
-            "flops_done": loop.step * p.flops_per_step,
+            "tokens_done": self._tokens(loop),
+            "examples_done": loop.examples,
+            "flops_done": (loop.examples or 0) * p.flops_per_step / p.examples_per_step,
             "wall_s": round(now, 4),
             **{k: v for k, v in describe(p).items() if k != "horizon_steps"},
             "state_bytes_per_device": self.state_bytes,
             "resharded_from": self.resharded_from,
+            "loss_spikes": len(loop.loss_spike_steps),
+            "grad_norm_spikes": len(loop.grad_norm_spike_steps),
+            "loss_spike_steps": loop.loss_spike_steps[:MAX_LISTED],
+            "grad_norm_spike_steps": loop.grad_norm_spike_steps[:MAX_LISTED],
+            **({"init_from": self.init_from} if self.init_from else {}),
         }
+
+    def _worse_than_start(self, loop: LoopState, ending: Ending) -> Ending:
+        """A run that ended with its eval loss finite but above its initial eval loss made
+        no progress: it is ``diverged`` (the sampler is told so), at its last evaluation."""
+        final, start = loop.last_eval_loss, loop.initial_loss
+        if ending.state != "complete" or final is None or start is None:
+            return ending
+        if math.isfinite(final) and final > start:
+            return Ending("diverged", ABOVE_START, loop.last_eval_step)
+        return ending
 
 
 def _layout_text(layout: dict[str, Any]) -> str:

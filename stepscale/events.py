@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stepscale.files import write_text_atomic
 from stepscale.rundir import EVENTS_JSONL
 
 
@@ -29,6 +30,29 @@ def record_event(folder: Path, event: str, step: int, **info: Any) -> None:
     }
     with contextlib.suppress(OSError), open(folder / EVENTS_JSONL, "a") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def drop_events(folder: Path, names: tuple[str, ...], after_step: int) -> None:
+    """Remove the events named ``names`` past ``after_step`` from ``<folder>/events.jsonl``
+    (a run resumed from a checkpoint at ``after_step`` finds them again); other events and
+    unreadable lines stay."""
+    path = folder / EVENTS_JSONL
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except OSError:
+        return
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            kept.append(line)
+            continue
+        if not (record.get("event") in names and int(record.get("step", 0)) > after_step):
+            kept.append(line)
+    if len(kept) != len(lines):
+        with contextlib.suppress(OSError):
+            write_text_atomic(path, "".join(kept))
 
 
 def _job_id() -> str | None:

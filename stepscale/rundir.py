@@ -10,6 +10,7 @@ RUN_DIR/
   config.yaml  space.json  study.json  run.json  study.journal  stop.json
   adaptive.json  transfer.json
   orchestrators/  orchestrator/  jobs/
+  branches/<base trial>/  branch.json  study.json  trials/<branch label>/0/ …
   trials/<point label>/<n>/
       config.yaml  config.json  trial.json  status.json  metrics.jsonl  events.jsonl  control.json
       heartbeat.job  heartbeat.orch  checkpoints/  logs/
@@ -36,6 +37,10 @@ JOURNAL = "study.journal"  # Optuna's journal file (the default storage)
 SQLITE_DB = "study.db"  # the SQLite file of storage=sqlite without a URL
 TRIALS_DIR = "trials"
 REPORT_DIR = "report"
+# `sweep branch`: RUN_DIR/branches/<base trial>/ holds a small run dir of its own (trials/,
+# study.json …) and BRANCH_JSON, the record of the measurement.
+BRANCHES_DIR = "branches"
+BRANCH_JSON = "branch.json"
 JOBS_DIR = "jobs"  # submitit's files of SLURM job arrays
 ORCHESTRATOR_DIR = "orchestrator"  # the --detach orchestrator job's files (JOB_JSON)
 ORCHESTRATORS_DIR = "orchestrators"  # one heartbeat file per live orchestrator
@@ -149,6 +154,7 @@ METRIC_KEYS = (
     "wall_s",
     "steps_per_s",
     "noise_scale",
+    "step_batch",  # the global batch of the updates that led to this step (a ramp's changes)
 )
 # Metrics that say how much a step consumed: the analysis turns them into coordinates.
 PER_STEP_COUNTS = {"tokens": "tokens_per_step", "examples": "examples_per_step"}
@@ -185,6 +191,13 @@ STATUS_KEYS = (
     "loss_floor",
     "state_bytes_per_device",  # parameters + optimizer state (+ EMA) on one device
     "resharded_from",  # the layout of the checkpoint a resume read, when it was another
+    "rampup_steps",  # the first step at the final batch (0: no batch ramp)
+    "batch_stages",  # a ramp's [[first step, global batch], …]
+    "loss_spikes",  # spikes of the training loss (docs/run-dir.md has the rule)
+    "grad_norm_spikes",  # spikes of the gradient norm
+    "loss_spike_steps",  # the first step of each (the first 100)
+    "grad_norm_spike_steps",
+    "init_from",  # the checkpoint of another run this one started from (a branch)
 )
 # Status fields the analysis always has as coordinates (NaN where a trial lacks them).
 STATUS_COORDS = (
@@ -197,6 +210,8 @@ STATUS_COORDS = (
     "examples_per_step",
     "flops_per_step",
     "wall_s",
+    "loss_spikes",  # instability per trial (NaN for a trainer that does not count them)
+    "grad_norm_spikes",
 )
 
 # trial.json, written by the orchestrator.
@@ -237,7 +252,21 @@ TRIAL_COORDS = (
 )
 
 # events.jsonl
-EVENT_KEYS = ("event", "step", "time", "host", "job_id", "signal", "error", "checkpoint")
+EVENT_KEYS = (
+    "event",
+    "step",
+    "time",
+    "host",
+    "job_id",
+    "signal",
+    "error",
+    "checkpoint",
+    "value",  # a spike's value
+    "median",  # the median of the window it was compared with
+)
+# Events the built-in trainer writes for instabilities (models/spikes.py).
+LOSS_SPIKE = "loss_spike"
+GRAD_NORM_SPIKE = "grad_norm_spike"
 
 # ---------------------------------------------------------------------- the crossing
 

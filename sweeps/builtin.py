@@ -25,6 +25,7 @@ __all__ = [
     "RejectedConfig",
     "TrainConfig",
     "TrainerConfig",
+    "branch_point",
     "configure_compile_cache",
     "plan_run",
     "run",
@@ -120,6 +121,31 @@ def validate(tree: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
         "params": plan.n_params,
         "flops_per_step": plan.flops_per_step,
         "loss_floor": plan.info.loss_floor,
+    }
+
+
+def branch_point(tree: dict[str, Any], step: int) -> dict[str, Any]:
+    """What a run of the built-in trainer had done and was doing at ``step`` (`sweep
+    branch`): ``batch`` (the global batch of that step), ``examples`` (consumed before it),
+    ``lr`` (the peak LR with a ramp stage's coupling), ``warmup_steps``, ``horizon_steps``,
+    ``schedule`` and ``optimizer`` (names) and ``tokens_per_example``. A config it cannot
+    train → `RejectedConfig`."""
+    from stepscale.models.ramp import lr_scale
+
+    plan = plan_run(to_trainer_config(tree), here=False)
+    cfg = plan.cfg
+    schedule = plan.schedule
+    batch = schedule.batch_at(step) if schedule is not None else plan.examples_per_step
+    coupling = lr_scale(cfg.data.rampup.lr_coupling, batch, cfg.data.global_batch)
+    return {
+        "batch": batch,
+        "examples": plan.examples_before(step),
+        "lr": cfg.optimizer.lr * coupling,
+        "warmup_steps": plan.warmup,
+        "horizon_steps": plan.horizon,
+        "schedule": cfg.schedule.name,
+        "optimizer": cfg.optimizer.name,
+        "tokens_per_example": plan.info.tokens_per_example,
     }
 
 

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=180.0, help="seconds to wait for them (default 180)"
     )
 
+    from stepscale.sweeps.branch_args import add_branch_command
+
+    add_branch_command(sub)
+
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
     lst.add_argument("--config-dir")
 
@@ -137,6 +141,17 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
         from stepscale.sweeps.formats.cli import run_export, run_import
 
         return run_export(args) if args.command == "export" else run_import(args)
+    if args.command == "branch":
+        import json
+
+        from stepscale.analysis.branching import summary
+        from stepscale.sweeps.branch_args import request_from_args
+        from stepscale.sweeps.branch_cmd import run_branch
+
+        argv = sys.argv[1:] if argv_hint is None else argv_hint
+        base = run_branch(args.run_dir, request_from_args(args), argv)
+        print(json.dumps(summary(args.run_dir, base), indent=2, sort_keys=True))
+        return 0
     if args.command == "list":
         from stepscale.sweeps.listing import print_presets
 

@@ -5,7 +5,9 @@ steps it evaluated (`stepscale.trainer`). Whatever else the orchestrator and the
 need — the horizon, the target, steps to target (first evaluation below it, and the
 log-linear crossing between evaluations), best and final eval loss, divergence — is
 computed here from ``metrics.jsonl`` whenever the status does not give it. Keys the
-trainer gave are never changed.
+trainer gave are never changed, but for one: a ``complete`` trial whose eval loss became
+non-finite, or ended finite but above its first evaluation (no progress), is ``diverged``,
+as the built-in trainer says of its own runs, so the sampler is told so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 from typing import Any
 
 from stepscale.rundir import COMPLETE, DIVERGED, interpolated_crossing
+
+ABOVE_START = "final eval loss above the first evaluation"
 
 
 def eval_losses(records: list[dict[str, Any]]) -> list[tuple[int, float]]:
@@ -61,6 +65,14 @@ def complete_status(
             out.setdefault("reason", f"non-finite eval loss at step {bad}")
     out.setdefault("best_eval_loss", min((v for _, v in finite), default=None))
     out.setdefault("final_eval_loss", finite[-1][1] if finite else None)
+    final = out.get("final_eval_loss")
+    if out.get("state") == COMPLETE and len(finite) > 1 and final is not None:
+        first, last_step = finite[0][1], finite[-1][0]
+        if math.isfinite(final) and final > first:
+            out["state"] = DIVERGED
+            out.setdefault("reason", ABOVE_START)
+            if out.get("diverged_step") is None:
+                out["diverged_step"] = last_step
     if target_loss is not None and "steps_to_target" not in out:
         out["steps_to_target"], interp = crossing(evals, target_loss)
         out.setdefault("steps_to_target_interp", interp)

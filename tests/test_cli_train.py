@@ -179,7 +179,11 @@ def test_tokens_file_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         "data.eval_examples=32", "data.eval_batch=16", f"run_dir={tmp_path / 'r'}",
     )  # fmt: skip
     assert code == 0, err
-    assert json.loads(out)["state"] == "complete"
+    status = json.loads(out)
+    # uniform random tokens hold nothing to learn: a held-out loss that ends above its
+    # start makes the run diverged (no progress), at the horizon all the same
+    assert status["state"] in ("complete", "diverged")
+    assert status["steps_done"] == status["horizon_steps"]
 
 
 @pytest.mark.slow

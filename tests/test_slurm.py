@@ -490,7 +490,8 @@ def test_a_command_trainer_study_detached_on_slurm_in_job_arrays(
     _wait(finished, 300, "the detached command-trainer study to finish", every=2)
     assert_exact_budget(run_dir, "numpy_batchsize", per_point=4, points=4)
     records = [rec for recs in trials_of(run_dir).values() for rec in recs]
-    assert all(rec["state"] in ("complete", "pruned") for rec in records), records
+    # none failed (a too-high LR ends above its first loss: diverged)
+    assert all(rec["state"] in ("complete", "pruned", "diverged") for rec in records), records
     assert any("_" in rec["job_id"] for rec in records)  # array tasks
     report = sweep(["report", str(run_dir)])
     assert report.returncode == 0, report.stderr

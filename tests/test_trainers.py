@@ -212,7 +212,8 @@ def test_numpy_command_trainer_study_survives_a_kill_and_reports_bcrit(tmp_path:
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "numpy_batchsize", per_point=5, points=4)
     records = [r for rs in trials_of(run_dir).values() for r in rs]
-    assert {r["state"] for r in records} <= {"complete", "pruned"}, records
+    # no trial failed; a too-high LR ends above its first loss: diverged (told 2 × horizon)
+    assert {r["state"] for r in records} <= {"complete", "pruned", "diverged"}, records
     for folder in run_dir.glob("trials/*/*"):
         steps = [r["step"] for r in read_jsonl(folder / rundir.METRICS_JSONL)]
         assert steps == sorted(set(steps)), folder  # a killed trial resumed cleanly

@@ -13,7 +13,7 @@ from typing import Any
 
 import xarray as xr
 
-from stepscale.analysis.figures import ablation, curves, lr, replay, steps, style
+from stepscale.analysis.figures import ablation, course, curves, lr, replay, steps, style
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["FIGURES", "build", "draw", "render"]
@@ -57,6 +57,25 @@ FIGURES = {
         curves.draw_noise_scale,
         "Gradient noise scale B_simple over training (best trial of each point) beside "
         "B_crit at the study target.",
+    ),
+    "ramp_curves": (
+        course.ramp_curves,
+        course.draw_ramp_curves,
+        "Batch ramp-up: eval loss of each arm's best trial vs steps and vs examples (a ramp "
+        "spends its first steps on smaller batches).",
+    ),
+    "bcrit_over_training": (
+        course.bcrit_over_training,
+        course.draw_bcrit_over_training,
+        "Critical batch size over training from `sweep branch`: ● the largest branch batch "
+        "that kept up with the base per example, ▲ every tested batch kept up, ▼ not even "
+        "the smallest; beside the base's B_simple (running median of 9 logged values) and the "
+        "study's B_crit at its target.",
+    ),
+    "spikes_vs_lr": (
+        course.spikes_vs_lr,
+        course.draw_spikes_vs_lr,
+        "Loss and gradient-norm spikes of every trial vs its learning rate, coloured by point.",
     ),
     "objective_vs_lr": (
         lr.objective_vs_lr,

@@ -20,6 +20,7 @@ from stepscale.analysis.report.blocks import (
     para,
     table,
 )
+from stepscale.analysis.report.course import course_sections
 from stepscale.analysis.report.numbers import interval, num
 from stepscale.analysis.report.sections import (
     ablation_section,
@@ -174,6 +175,7 @@ def document(
     blocks += targets_section(a)
     blocks += lr_section(a)
     blocks += noise_section(a)
+    blocks += course_sections(a, ds)
     blocks += seeds_section(a)
     blocks += ablation_section(a)
     blocks += cheaper

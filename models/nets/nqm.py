@@ -77,3 +77,11 @@ def nqm_true_noise_scale(cfg: NQMShape, theta: np.ndarray | jax.Array) -> float:
     """Closed-form simple noise scale at θ: B_simple = tr Σ / |Hθ|²."""
     grad = nqm_curvature(cfg) * np.asarray(theta, dtype=np.float64)
     return nqm_noise_trace(cfg) / float(grad @ grad)
+
+
+def nqm_b_noise(cfg: NQMShape, theta: np.ndarray | jax.Array) -> float:
+    """Closed-form noise scale with curvature (McCandlish et al. 2018, eq. 2.4) at θ:
+    B_noise = tr(HΣ) / GᵀHG, G = Hθ, the critical batch of SGD's optimal step."""
+    h = nqm_curvature(cfg)
+    grad = h * np.asarray(theta, dtype=np.float64)
+    return float(cfg.noise_scale * (h * h).sum() / (grad @ (h * grad)))

@@ -56,6 +56,13 @@ KNOWN_NAMES: dict[str, str] = {
     "model_size": "model.size",
     "model": "model.name",
     "seed": "train.seed",
+    # batch ramp-up (MaxText's global_rampup_samples counts global samples, as ours does;
+    # its per_device_batch_size_start/_increment are per device: no key of ours)
+    "rampup_samples": "data.rampup.samples",
+    "global_rampup_samples": "data.rampup.samples",
+    "rampup_start": "data.rampup.start",
+    "rampup_increment": "data.rampup.increment",
+    "rampup_lr_coupling": "data.rampup.lr_coupling",
 }
 
 _ALIAS_OF_PATH: dict[str, str] = {}
