@@ -15,6 +15,7 @@ import optuna
 from optuna.trial import TrialState
 
 from stepscale.models.config import TrainerConfig
+from stepscale.reporters import Action, JsonlReporter, NullReporter
 
 WALL_KEYS = ("wall_s", "steps_per_s")
 
@@ -165,3 +166,21 @@ def reported(folder: Path, step: int) -> bool:
     """Has the trial in ``folder`` recorded ``step`` (or a later one) in metrics.jsonl?"""
     path = folder / "metrics.jsonl"
     return path.exists() and any(r["step"] >= step for r in read_jsonl(path))
+
+
+class CrashAt(NullReporter):
+    """A reporter that makes the run die (like a killed job) when it reaches ``step``;
+    the steps before are written by ``inner``."""
+
+    def __init__(self, inner: JsonlReporter, step: int) -> None:
+        super().__init__()
+        self.inner, self.step = inner, step
+
+    def begin(self, step: int) -> None:
+        self.inner.begin(step)
+
+    def report(self, step: int, metrics: dict[str, Any]) -> Action:
+        self.inner.report(step, metrics)
+        if step >= self.step:
+            raise RuntimeError("simulated crash")
+        return Action.CONTINUE

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
+from helpers import CrashAt, read_jsonl, tiny_gpt, tiny_nqm, without_wall
 from scipy import stats
 
 from stepscale.analysis.course import ramp_comparison
@@ -22,7 +22,7 @@ from stepscale.models.plan import prepare
 from stepscale.models.ramp import BatchStage, batch_schedule
 from stepscale.models.step import TRACE_COUNTS
 from stepscale.models.train import train
-from stepscale.reporters import Action, JsonlReporter, NullReporter
+from stepscale.reporters import JsonlReporter, NullReporter
 from stepscale.sweeps.cli import main
 from stepscale.sweeps.formats import FORMATS, export_space, import_space, validate_document
 from stepscale.sweeps.space_doc import SCHEMA_TAG
@@ -48,21 +48,6 @@ def test_maxtext_stages_match_a_hand_computed_schedule() -> None:
     custom = batch_schedule(_data(schedule=[[0, 4], [6, 8], [11, 32]]))
     assert custom.stages == (BatchStage(0, 4), BatchStage(6, 8), BatchStage(11, 32))
     assert batch_schedule(_data(start=8, increment=8, samples=0)).stages == (BatchStage(0, 32),)
-
-
-class _CrashAt(NullReporter):
-    def __init__(self, inner: JsonlReporter, step: int) -> None:
-        super().__init__()
-        self.inner, self.step = inner, step
-
-    def begin(self, step: int) -> None:
-        self.inner.begin(step)
-
-    def report(self, step: int, metrics: dict) -> Action:
-        self.inner.report(step, metrics)
-        if step >= self.step:
-            raise RuntimeError("simulated crash")
-        return Action.CONTINUE
 
 
 def test_a_ramp_run_logs_the_batch_of_every_step_and_resumes_bit_identically(
@@ -92,7 +77,7 @@ def test_a_ramp_run_logs_the_batch_of_every_step_and_resumes_bit_identically(
     assert status["batch_stages"] == [[0, 8], [9, 16], [14, 24], [17, 32]]
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(cfg, _CrashAt(JsonlReporter(resumed), 14), run_dir=resumed)
+        train(cfg, CrashAt(JsonlReporter(resumed), 14), run_dir=resumed)
     assert checkpoint.list_steps(resumed / "checkpoints") == [8]  # mid-ramp (batch 8)
     before = TRACE_COUNTS["train_chunk"]
     train(cfg, JsonlReporter(resumed), run_dir=resumed)

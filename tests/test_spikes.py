@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import xarray as xr
-from helpers import read_jsonl, tiny_nqm
+from helpers import CrashAt, read_jsonl, tiny_nqm
 
 from stepscale.analysis.course import spike_table
 from stepscale.models.config import OptimizerConfig
 from stepscale.models.optim import clip_updates, make_optimizer, set_hyperparams
 from stepscale.models.spikes import SpikeDetector, find_spikes
 from stepscale.models.train import train
-from stepscale.reporters import Action, JsonlReporter, NullReporter
+from stepscale.reporters import JsonlReporter, NullReporter
 from stepscale.sweeps.objective import objective_value
 from stepscale.sweeps.trainer_status import complete_status
 
@@ -104,21 +104,6 @@ def test_a_run_that_ends_above_its_initial_loss_is_diverged() -> None:
     assert kept["state"] == "complete"
 
 
-class _CrashAt(NullReporter):
-    def __init__(self, inner: JsonlReporter, step: int) -> None:
-        super().__init__()
-        self.inner, self.step = inner, step
-
-    def begin(self, step: int) -> None:
-        self.inner.begin(step)
-
-    def report(self, step: int, metrics: dict) -> Action:
-        self.inner.report(step, metrics)
-        if step >= self.step:
-            raise RuntimeError("simulated crash")
-        return Action.CONTINUE
-
-
 def test_a_run_records_its_spikes_as_events_and_counts_and_resumes_them(tmp_path: Path) -> None:
     # Adam on the NQM: near the minimum its per-batch training loss swings (the noise term
     # is as large as the loss), which this short window flags
@@ -135,7 +120,7 @@ def test_a_run_records_its_spikes_as_events_and_counts_and_resumes_them(tmp_path
     assert [e["step"] for e in events] == steps
     assert all(e["value"] > 1.5 * e["median"] for e in events)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(cfg, _CrashAt(JsonlReporter(resumed), 50), run_dir=resumed)
+        train(cfg, CrashAt(JsonlReporter(resumed), 50), run_dir=resumed)
     again = train(cfg, JsonlReporter(resumed), run_dir=resumed)  # from step 40
     assert (
         again["loss_spike_steps"] == steps

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
+from helpers import CrashAt, read_jsonl, tiny_gpt, tiny_nqm, without_wall
 
 from stepscale.models import checkpoint
 from stepscale.models.nets.nqm import nqm_curvature, nqm_true_noise_scale
 from stepscale.models.step import TRACE_COUNTS
 from stepscale.models.train import train
-from stepscale.reporters import Action, JsonlReporter, NullReporter
+from stepscale.reporters import JsonlReporter, NullReporter
 
 
 def _final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
@@ -60,29 +60,12 @@ def test_same_seed_gives_identical_metrics(tmp_path: Path) -> None:
     assert ra != rc
 
 
-class _CrashAt(NullReporter):
-    """A reporter that makes the run die (like a killed job) when it reaches ``step``."""
-
-    def __init__(self, inner: JsonlReporter, step: int) -> None:
-        super().__init__()
-        self.inner, self.step = inner, step
-
-    def begin(self, step: int) -> None:
-        self.inner.begin(step)
-
-    def report(self, step: int, metrics: dict) -> Action:
-        self.inner.report(step, metrics)
-        if step >= self.step:
-            raise RuntimeError("simulated crash")
-        return Action.CONTINUE
-
-
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
     cfg = tiny_gpt(train__max_steps=32, train__checkpoint_every=8, train__ema_decay=0.9)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(cfg, JsonlReporter(straight), run_dir=straight)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(cfg, _CrashAt(JsonlReporter(resumed), 20), run_dir=resumed)
+        train(cfg, CrashAt(JsonlReporter(resumed), 20), run_dir=resumed)
     assert checkpoint.list_steps(resumed / "checkpoints")[-1] == 16
     train(cfg, JsonlReporter(resumed), run_dir=resumed)
     a = without_wall(read_jsonl(straight / "metrics.jsonl"))
@@ -110,7 +93,7 @@ def test_a_damaged_checkpoint_is_skipped_for_the_newest_valid_one(
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(cfg, JsonlReporter(straight), run_dir=straight)
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train(cfg, _CrashAt(JsonlReporter(resumed), 20), run_dir=resumed)
+        train(cfg, CrashAt(JsonlReporter(resumed), 20), run_dir=resumed)
     for step in damaged:
         _damage(resumed / "checkpoints" / f"step_{step:09d}" / "arrays.npz")
     status = train(cfg, JsonlReporter(resumed), run_dir=resumed)
