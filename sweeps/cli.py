@@ -13,6 +13,7 @@ import sys
 
 from stepscale import __version__
 from stepscale.sweeps.errors import UsageError, exit_code
+from stepscale.sweeps.overrides import MULTIRUN_FLAGS, multirun_message
 from stepscale.sweeps.signals import sigterm_interrupts
 
 
@@ -188,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     # Overrides may stand before and after options (`sweep run conf=x --dry-run k=v`).
     args, extra = parser.parse_known_args(argv)
     if extra:
+        if any(e in MULTIRUN_FLAGS for e in extra):
+            parser.error(multirun_message())
         if getattr(args, "overrides", None) is None or any(e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]

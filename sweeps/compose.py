@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from stepscale.redact import redact
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.overrides import add_params, check_overrides, split_added_params
 
 # A study's name is one folder name under runs/ and part of its Optuna study names.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
@@ -33,14 +34,17 @@ def conf_dir() -> Path:
 
 
 def compose_config(
-    overrides: list[str], config_dir: str | None = None
+    overrides: list[str], config_dir: str | None = None, command: str = "run"
 ) -> tuple[DictConfig, dict[str, Any]]:
     """Compose ``config`` with ``overrides``; returns the config and Hydra's group choices.
 
     ``conf=NAME`` must be among the overrides. Raises UsageError on any Hydra/OmegaConf
-    error (unknown preset, typo'd key, wrong type), with Hydra's own message.
+    error (unknown preset, typo'd key, wrong type), with Hydra's own message, and on the
+    Hydra habits `sweeps.overrides` answers (``command`` names the sub-command in them).
     """
     schema.register()
+    check_overrides(overrides, command)
+    overrides, added = split_added_params(overrides)
     extra = []
     user = None
     if config_dir is not None:
@@ -66,6 +70,7 @@ def compose_config(
     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
     with open_struct_free(cfg):
         del cfg["hydra"]
+    add_params(cfg, added)
     return cfg, choices  # type: ignore[return-value]
 
 

@@ -44,10 +44,16 @@ def run_study(
     detach: bool = False,
 ) -> int:
     """The `sweep run` command; returns the exit code."""
-    raw, cfg, _ = prepare_study(overrides, config_dir)
+    raw, cfg, choices = prepare_study(overrides, config_dir)
     if print_cfg:
         print(redact(OmegaConf.to_yaml(raw)), end="")
         return 0
+    if not (cfg.scientific or cfg.nuisance or cfg.fixed):
+        raise UsageError(
+            f"conf={choices['conf']} is a training preset (no scientific, nuisance or fixed "
+            f"parameters): train it with `sweep train conf={choices['conf']}`, or add the "
+            "parameters a study compares (scientific.*) and tunes (nuisance.*)"
+        )
     check_study(cfg)
     check_launch(cfg, detach=detach)
     trainer, settable = study_trainer(cfg, config_dir)

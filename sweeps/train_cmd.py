@@ -102,11 +102,17 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> int:
     """Compose, validate, train and print the final status; returns the exit code."""
-    cfg, choices = compose_config(overrides, config_dir)
+    cfg, choices = compose_config(overrides, config_dir, command="train")
     cfg.name = study_name(cfg.name, choices, "runs/<name>-train")
     if print_cfg:
         print(redact(OmegaConf.to_yaml(cfg)), end="")
         return 0
+    if cfg.scientific or cfg.nuisance:
+        raise UsageError(
+            f"conf={choices['conf']} is a study preset (it has scientific or nuisance "
+            f"parameters): run it with `sweep run conf={choices['conf']}`; `sweep train` "
+            "trains one config at fixed values (a training preset, e.g. conf=train_smoke)"
+        )
     trainer_cfg = to_object(cfg)
 
     from stepscale.sweeps import builtin  # heavy imports only once the config composed

@@ -31,6 +31,14 @@ def check_study(cfg: StudyConfig) -> None:
         raise UsageError(f"budget.trials_per_point: must be ≥ 1, got {cfg.budget.trials_per_point}")
     if cfg.budget.confirm_seeds < 0:
         raise UsageError(f"budget.confirm_seeds: must be ≥ 0, got {cfg.budget.confirm_seeds}")
+    if not cfg.nuisance and cfg.budget.trials_per_point > 1:
+        raise UsageError(
+            f"nuisance: nothing to tune, so the {cfg.budget.trials_per_point} trials of each point "
+            f"({cfg.sampler.name} sampler) would all be the same run; add a range under "
+            "nuisance.<name> (e.g. +nuisance.lr={path: optimizer.lr, type: float, low: 1e-4, "
+            "high: 1e-1, scale: log}) or set budget.trials_per_point=1 (budget.confirm_seeds "
+            "reruns a point with other seeds)"
+        )
     horizons = [
         x
         for x in (cfg.budget.max_steps, cfg.budget.max_tokens, cfg.budget.max_examples)

@@ -53,6 +53,24 @@ CASES: dict[str, Case] = {
     "run with a typo'd key": case(*SMOKE, "budget.trials_per_pont=2", says="trials_per_pont"),
     "run adding an unknown key": case(*SMOKE, "+budget.extra=1", says="budget.extra"),
     "run: override without '='": case(*SMOKE, "budget.trials_per_point", says="override"),
+    # sweep run: Hydra habits
+    "run: a preset without conf=": case("run", "smoke", says="sweep run conf=smoke"),
+    "train: a preset without conf=": case("train", "train_smoke", says="conf=train_smoke"),
+    "run: hydra.run.dir": case(*SMOKE, "hydra.run.dir=/tmp/x", says="run_dir=PATH"),
+    "run: hydra.job.name": case(*SMOKE, "hydra.job.name=x", says="name=NAME"),
+    "run: -m": case(*SMOKE, "-m", says="scientific.<axis>.values"),
+    "run: --multirun": case("run", "--multirun", "conf=smoke", says="multirun"),
+    "run: a comma sweep": case(*SMOKE, "nuisance.lr.low=1e-3,1e-2", says="multirun"),
+    "run: a training preset": case("run", "conf=train_smoke", says="sweep train conf=train_smoke"),
+    "train: a study preset": case("train", "conf=smoke", says="sweep run conf=smoke"),
+    "run: nothing to tune": case(*SMOKE, "~nuisance.lr", says="nothing to tune"),
+    "run: a parameter added not whole": case(*SMOKE, "+nuisance.b2=3", says="mapping"),
+    "run: an added parameter's typo": case(
+        *SMOKE, "+nuisance.b2={path: optimizer.b2, typo: 1}", says="nuisance.b2.typo"
+    ),
+    "run: an added parameter's bad type": case(
+        *SMOKE, "+nuisance.b2={path: optimizer.b2, type: flot}", says="nuisance.b2.type"
+    ),
     "run: unclosed list": case(*SMOKE, "scientific.batch_size.values=[8,", says="[8,"),
     "run: a word for a number": case(*SMOKE, "parallelism=many", says="parallelism"),
     "run: zero parallelism": case(*SMOKE, "parallelism=0", says="parallelism"),

@@ -216,6 +216,11 @@ def study_yaml(
     if "budget" in doc:
         conf["budget"] = dict(doc["budget"])
     _fit_budget_to_grid(conf, doc.get("sampler"), groups["nuisance"], notes)
+    if not groups["nuisance"] and conf.get("budget", {}).get("trials_per_point") != 1:
+        conf["budget"] = {**conf.get("budget", {}), "trials_per_point": 1}
+        notes.append(
+            "nothing to tune: budget.trials_per_point = 1 (add a range under nuisance to tune)"
+        )
     objective = doc.get("objective")
     if objective is None:
         conf["objective"] = {"kind": "final_eval_loss"}

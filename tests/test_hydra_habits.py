@@ -1,0 +1,36 @@
+"""What Hydra users type works as they expect: group overrides win over a preset, and a
+whole parameter can be added from the command line. (Habits that `sweep` refuses — multirun,
+``hydra.*``, a preset without ``conf=`` — are cases of test_bad_inputs.py.)"""
+
+from __future__ import annotations
+
+import pytest
+from test_formats import builtin_studies
+
+from stepscale.sweeps.compose import prepare_study
+
+
+@pytest.mark.parametrize("study", builtin_studies())
+def test_group_overrides_win_over_every_builtin_preset(study: str) -> None:
+    # A preset that sets `sampler: {name: tpe}` instead of `override /sampler: tpe` would
+    # silently turn `sampler=random` back into TPE.
+    for sampler, pruner in (("random", "hyperband"), ("qmc", "none")):
+        _, cfg, _ = prepare_study([f"conf={study}", f"sampler={sampler}", f"pruner={pruner}"], None)
+        assert (cfg.sampler.name, cfg.pruner.name) == (sampler, pruner)
+
+
+def test_a_whole_parameter_is_added_from_the_command_line() -> None:
+    _, cfg, _ = prepare_study(
+        [
+            "conf=smoke",
+            "+nuisance.b2={path: optimizer.b2, type: float, low: 0.9, high: 0.999}",
+            "++scientific.seq={path: data.seq_len, values: [16, 32]}",
+            "+fixed.wd={path: optimizer.weight_decay, value: 0.1}",
+        ],
+        None,
+    )
+    b2 = cfg.nuisance["b2"]
+    assert (b2.path, b2.type, b2.low, b2.high) == ("optimizer.b2", "float", 0.9, 0.999)
+    assert cfg.scientific["seq"].values == [16, 32]
+    assert cfg.fixed["wd"].value == 0.1
+    assert "lr" in cfg.nuisance and "batch_size" in cfg.scientific  # the preset's stay
