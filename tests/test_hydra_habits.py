@@ -1,6 +1,6 @@
 """What Hydra users type works as they expect: group overrides win over a preset, and a
 whole parameter can be added from the command line. (Habits that `sweep` refuses — multirun,
-``hydra.*``, a preset without ``conf=`` — are cases of test_bad_inputs.py.)"""
+``hydra.*``, a preset without ``conf=`` — are cases of test_bad_inputs.py.) And every option says what it does."""
 
 from __future__ import annotations
 
@@ -34,3 +34,24 @@ def test_a_whole_parameter_is_added_from_the_command_line() -> None:
     assert cfg.scientific["seq"].values == [16, 32]
     assert cfg.fixed["wd"].value == 0.1
     assert "lr" in cfg.nuisance and "batch_size" in cfg.scientific  # the preset's stay
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import argparse
+
+    from stepscale.sweeps.cli import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif not action.help:
+                missing.append(
+                    f"sweep {' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+                )
+
+    walk(build_parser(), [])
+    assert missing == []
