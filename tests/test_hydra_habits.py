@@ -4,6 +4,8 @@ whole parameter can be added from the command line. (Habits that `sweep` refuses
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_formats import builtin_studies
 
@@ -55,3 +57,18 @@ def test_every_option_of_every_command_has_help_text() -> None:
 
     walk(build_parser(), [])
     assert missing == []
+
+
+def test_an_imported_conf_says_how_to_run_it_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stepscale.sweeps.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "conf=smoke", "--format", "optuna"]) == 0
+    Path("space.json").write_text(capsys.readouterr().out)
+    assert main(["import", "space.json", "--format", "optuna", "-o", "conf/conf/x.yaml"]) == 0
+    assert "sweep run conf=x --config-dir conf" in capsys.readouterr().err
+    assert main(["run", "conf=x", "--dry-run"]) == 2  # not in the packaged presets …
+    assert "add --config-dir conf" in capsys.readouterr().err  # … but the message finds it
+    assert main(["run", "conf=x", "--config-dir", "conf", "--dry-run"]) == 0
