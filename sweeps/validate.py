@@ -77,7 +77,8 @@ def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:
 
 def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
     """The launcher's name and settings, and ``--detach`` (a SLURM job) → `UsageError`."""
-    from stepscale.sweeps.launchers import LAUNCHERS, slurm_parameters
+    from stepscale.sweeps.launchers import LAUNCHERS
+    from stepscale.sweeps.slurm import slurm_parameters
 
     name = cfg.launcher.name
     if name not in LAUNCHERS:

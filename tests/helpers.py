@@ -82,6 +82,15 @@ def _apply(cfg: TrainerConfig, overrides: dict[str, Any]) -> TrainerConfig:
     return cfg
 
 
+def job_events(folder: Path) -> list[str]:
+    """The job events of a trial's events.jsonl (start, resume, stopped, …), without the
+    training's own (loss and gradient-norm spikes)."""
+    from stepscale.rundir import GRAD_NORM_SPIKE, LOSS_SPIKE
+
+    records = read_jsonl(folder / "events.jsonl")
+    return [r["event"] for r in records if r["event"] not in (LOSS_SPIKE, GRAD_NORM_SPIKE)]
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every record of a metrics file."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -11,8 +11,9 @@ import cloudpickle
 import pytest
 
 from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.launchers import Launcher, slurm_parameters
+from stepscale.sweeps.launchers import Launcher
 from stepscale.sweeps.schema import LauncherConfig
+from stepscale.sweeps.slurm import slurm_parameters
 
 
 def visible_devices(hold_s: float) -> str:

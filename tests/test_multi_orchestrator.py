@@ -3,11 +3,11 @@ exactly the budget, no trial twice, and neither re-runs the other's live trial."
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import job_events
 from test_study import FAST, SWEEP, _env, assert_exact_budget, trials_of
 
 
@@ -38,8 +38,7 @@ def test_two_orchestrators_share_one_study(tmp_path: Path, compile_cache):
     for records in trials_of(run_dir).values():
         for rec in records:
             folder = run_dir / "trials" / rec["point"] / str(rec["number"])
-            events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
-            assert [e["event"] for e in events] == ["start"], (rec["trial"], events)
+            assert job_events(folder) == ["start"], rec["trial"]
             assert rec["attempts"] == 1
     owners = {rec["orchestrator"] for recs in trials_of(run_dir).values() for rec in recs}
     assert 1 <= len(owners) <= 2

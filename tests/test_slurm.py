@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import shadowing_packages
+from helpers import job_events, shadowing_packages
 from servers.slurm import sacct_state, squeue_ids
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
 
@@ -136,8 +136,8 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
 ):
     """A job counts as ended only when the controller says so; when it cannot be asked
     the job counts as live (asked again later), never as ended and retried twice."""
-    from stepscale.sweeps import launchers
-    from stepscale.sweeps.launchers import slurm_job_active
+    from stepscale.sweeps import slurm as slurm_side
+    from stepscale.sweeps.slurm import slurm_job_active
 
     out = subprocess.run(
         ["sbatch", "--parsable", "--wrap", "sleep 120", "-o", str(tmp_path / "out")],
@@ -155,8 +155,8 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
             dead_port = s.getsockname()[1]
         text = re.sub(r"(?m)^SlurmctldPort=\d+", f"SlurmctldPort={dead_port}", slurm.read_text())
         (tmp_path / "slurm.conf").write_text(text)
-        launchers._last_silence_warning[0] = 0.0
-        with monkeypatch.context() as m, caplog.at_level(logging.WARNING, "sweeps.launchers"):
+        slurm_side._last_silence_warning[0] = 0.0
+        with monkeypatch.context() as m, caplog.at_level(logging.WARNING, "stepscale.sweeps.slurm"):
             m.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
             assert slurm_job_active("987654")
             assert slurm_job_active(job)
@@ -165,7 +165,7 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
         assert "did not answer about job 987654" in said and "count as still running" in said
         assert "Unable to contact slurm controller" in said, said
         # The controller answers again: the next silence is said at once.
-        assert slurm_job_active(job) and launchers._last_silence_warning[0] == 0.0
+        assert slurm_job_active(job) and slurm_side._last_silence_warning[0] == 0.0
     finally:
         subprocess.run(["scancel", job], check=True)
     _wait(lambda: not slurm_job_active(job), 60, f"cancelled job {job} to leave the queue")
@@ -408,8 +408,7 @@ def test_a_requeued_orchestrator_takes_over_its_running_trial(
     record = read_json(_only_trial(run_dir) / "trial.json")
     assert record["state"] == "complete" and record["attempts"] == 1
     assert record["job_id"] == trial_job  # the same job ran to its end
-    events = (_only_trial(run_dir) / "events.jsonl").read_text().splitlines()
-    assert [json.loads(e)["event"] for e in events] == ["start"]
+    assert job_events(_only_trial(run_dir)) == ["start"]
     assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
     run = read_json(run_dir / "run.json")
     assert len(run["sessions"]) == 2 and run["ended"] is not None  # two orchestrator runs
@@ -462,8 +461,7 @@ def test_a_trial_spans_two_slurm_tasks_with_jax_distributed(
         f"{job}_0_log.out",
         f"{job}_1_log.out",
     ]
-    events = (folder / "events.jsonl").read_text().splitlines()
-    assert [json.loads(e)["event"] for e in events] == ["start"]
+    assert job_events(folder) == ["start"]
     record = read_json(folder / "trial.json")
     assert record["state"] == "complete" and record["attempts"] == 1, record
 
@@ -531,9 +529,7 @@ def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_runni
     for r in records:
         assert r["state"] == "complete" and r["attempts"] == 1 and "failures" not in r, r
         folder = run_dir / "trials" / "batch_size=16" / str(r["number"])
-        events = [
-            json.loads(x)["event"] for x in (folder / "events.jsonl").read_text().splitlines()
-        ]
+        events = job_events(folder)
         assert events == (["start", "stopped", "resume"] if r["number"] == 1 else ["start"]), r
         steps = [m["step"] for m in _metrics(folder)]
         assert steps == sorted(set(steps)) and steps[-1] == 300, r
