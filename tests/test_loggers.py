@@ -25,13 +25,18 @@ from stepscale.sweeps.cli import main
 
 # A Python-function trainer: steps with eval losses, an integer token count, a value that is
 # not finite (null in metrics.jsonl, left out by the loggers) and a second record at step 4.
+# It checkpoints every 4 steps and, once, crashes at step ``crash_at``: the retry resumes
+# from step 4 and logs steps 5 and 6 again.
 TRAINER = """\
-from stepscale.trainer import Action
+from pathlib import Path
 
 def main(config, reporter, trial_dir):
-    reporter.begin(0)
-    reporter.report(0, {"eval_loss": 2.0})
-    for step in range(1, int(config.steps) + 1):
+    ckpt, crashed = Path(trial_dir) / "ckpt", Path(trial_dir) / "crashed"
+    start = int(ckpt.read_text()) if ckpt.exists() else 0
+    reporter.begin(start)
+    if start == 0:
+        reporter.report(0, {"eval_loss": 2.0})
+    for step in range(start + 1, int(config.steps) + 1):
         loss = 2.0 / (1.0 + float(config.lr) * step)
         rec = {"train_loss": loss * 1.1, "tokens": 64 * step, "lr": float(config.lr)}
         if step == 3:
@@ -39,6 +44,10 @@ def main(config, reporter, trial_dir):
         reporter.report(step, rec)
         if step % 4 == 0:
             reporter.report(step, {"eval_loss": loss})
+            ckpt.write_text(str(step))
+        if step == int(config.crash_at) and not crashed.exists():
+            crashed.write_text("")
+            raise RuntimeError("a crash after step 6")
     return {"state": "complete", "steps_done": int(config.steps)}
 """
 
@@ -57,7 +66,7 @@ STUDY = """\
 # @package _global_
 trainer:
   {trainer}
-  config: {{width: 1, lr: 0.1, steps: 8, note: none}}
+  config: {{width: 1, lr: 0.1, steps: 8, note: none, crash_at: 0}}
   keys: {{max_steps: steps}}
 scientific:
   width: {{path: width, values: [2]}}
@@ -149,9 +158,10 @@ def wandb_records(path: Path) -> list[Any]:
 
 def wandb_run(folder: Path) -> tuple[Any, dict[str, Any], dict[str, list[tuple[int, float]]]]:
     """The run record, config and history series of the W&B offline run in ``folder``."""
-    (path,) = glob.glob(str(folder / "wandb" / "offline-run-*" / "run-*.wandb"))
+    paths = sorted(glob.glob(str(folder / "wandb" / "offline-run-*" / "run-*.wandb")))
+    records = [r for path in paths for r in wandb_records(Path(path))]  # a job's run each
     run, config, series = None, {}, {}
-    for record in wandb_records(Path(path)):
+    for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run = record.run
@@ -183,7 +193,7 @@ def assert_same_series(
         np.testing.assert_array_equal(np.array([v for _, v in got[key]]), expected, err_msg=key)
 
 
-def test_python_trainer_study_logs_every_record_to_all_three_loggers(
+def test_python_trainer_study_logs_every_record_to_all_three_loggers_across_a_resume(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = _project(tmp_path)
@@ -197,11 +207,13 @@ def test_python_trainer_study_logs_every_record_to_all_three_loggers(
     for key in ("MLFLOW_ALLOW_FILE_STORE", "WANDB_DIR", "WANDB_SILENT"):
         monkeypatch.delenv(key, raising=False)  # the loggers set them in the job
     code = main(
-        ["run", "conf=py", "--config-dir", ".", "run_dir=run", "loggers=[tensorboard,mlflow,wandb]"]
-    )
+        ["run", "conf=py", "--config-dir", ".", "run_dir=run", "loggers=[tensorboard,mlflow,wandb]",
+         "trainer.config.crash_at=6"]
+    )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0, err
     trial = project / "run" / "trials" / "width=2" / "0"
+    assert json.loads((trial / "trial.json").read_text())["attempts"] == 2  # resumed at 4
     want = jsonl_series(trial / "metrics.jsonl")
     assert [s for s, _ in want["eval_loss"]] == [0, 4, 8]
     assert "grad_norm" not in want  # NaN: null in metrics.jsonl, not logged
@@ -223,6 +235,7 @@ def test_python_trainer_study_logs_every_record_to_all_three_loggers(
     assert wb.display_name == "py/width=2/0" and wb.run_group == "py"
     assert config["lr"] == {"value": lr} or config["lr"] == lr
     assert "point=width=2" in list(wb.tags)
+    assert len(glob.glob(str(trial / "wandb" / "wandb" / "offline-run-*"))) == 2  # one a job
 
 
 def test_command_trainer_records_reach_the_logger(tmp_path: Path) -> None:
