@@ -281,3 +281,28 @@ def test_bad_or_missing_logger_exits_2_before_anything_is_written(
         assert code == 2, err
         assert message in err and "Traceback" not in err
     assert not (project / "run").exists() and not (project / "train").exists()
+
+
+@pytest.mark.slow  # the built-in trainer compiles its programs (NQM: the quickest)
+def test_sweep_train_logs_the_builtin_trainer_to_mlflow(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    compile_cache: str,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/")  # must not be used
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    run_dir = tmp_path / "run"
+    code = main(
+        ["train", "conf=train_smoke", "model=nqm", "data=nqm", "train.max_steps=6", "train.log_every=2",
+         "train.eval_every=3", "train.devices=1", f"train.compile_cache_dir={compile_cache}",
+         f"run_dir={run_dir}", "loggers=[mlflow]"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    want = jsonl_series(run_dir / "metrics.jsonl")
+    assert {"train_loss", "eval_loss", "tokens"} <= set(want)
+    run, histories = mlflow_run(run_dir / "mlflow")
+    assert_same_series(histories, want)
+    assert run.info.run_name == "train_smoke"
+    assert run.data.params["train.max_steps"] == "6"
