@@ -249,6 +249,9 @@ def test_command_trainer_records_reach_the_logger(tmp_path: Path) -> None:
     want = jsonl_series(trial / "metrics.jsonl")
     assert [s for s, _ in want["eval_loss"]] == list(range(9))
     assert_same_series(tensorboard_series(trial / "tensorboard"), want, float32=True)
+    # Loggers change no trial: the study resumes with others (here none), nothing to run.
+    res = run_sweep("run", "conf=cmd", "--config-dir", ".", "run_dir=run", cwd=project)
+    assert res.returncode == 0, res.stderr
 
 
 @pytest.mark.parametrize(
