@@ -165,6 +165,7 @@ class MlflowLogger:
         # a folder of files is what a trial folder needs (a SQLite store would spend
         # seconds creating its tables for every trial).
         os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+        os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"  # else it reports usage to a server
         from mlflow.entities import Metric, Param, RunTag
         from mlflow.tracking import MlflowClient
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+import socket
 import struct
 import sys
 from pathlib import Path
@@ -204,14 +205,24 @@ def test_python_trainer_study_logs_every_record_to_all_three_loggers_across_a_re
     monkeypatch.setenv("WANDB_MODE", "online")
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9/")
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    for key in ("MLFLOW_ALLOW_FILE_STORE", "WANDB_DIR", "WANDB_SILENT"):
+    for key in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_DISABLE_TELEMETRY", "WANDB_DIR", "WANDB_SILENT"):
         monkeypatch.delenv(key, raising=False)  # the loggers set them in the job
+    # No library looks up a network name from this process. (MLflow turns its usage telemetry
+    # off under pytest by itself; outside, the job turns it off: MLFLOW_DISABLE_TELEMETRY.)
+    lookups: list[Any] = []
+
+    def no_lookup(*args: Any, **kwargs: Any) -> Any:
+        lookups.append(args[:2])
+        raise OSError("no network in tests")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
     code = main(
         ["run", "conf=py", "--config-dir", ".", "run_dir=run", "loggers=[tensorboard,mlflow,wandb]",
          "trainer.config.crash_at=6"]
     )  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0, err
+    assert lookups == []
     trial = project / "run" / "trials" / "width=2" / "0"
     assert json.loads((trial / "trial.json").read_text())["attempts"] == 2  # resumed at 4
     want = jsonl_series(trial / "metrics.jsonl")
