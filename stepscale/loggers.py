@@ -119,9 +119,9 @@ class MetricLogger(Protocol):
 
 
 class TensorBoardLogger:
-    """Event files in ``folder`` (scalars by step; hyperparameters as hparams). A resumed
-    run first writes TensorBoard's restart marker at the step after ``start``, so readers
-    drop the records that the resume produces again."""
+    """Event files in ``folder`` (scalars by step; hyperparameters as hparams). Every job
+    first writes TensorBoard's restart marker at ``start`` (the first step it may log), so
+    readers drop what an earlier job of the run logged from there on."""
 
     def __init__(self, folder: Path, info: RunInfo, start: int) -> None:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -296,8 +296,9 @@ class MetricLoggers:
         self.close()
         self.start = step
         self.last = step if step > 0 else -1
+        first_new = step + 1 if step > 0 else 0  # the first step this job may log
         for name in self.names:
-            self.loggers.append(_CLASSES[name](self.folder / name, self.info, step + (step > 0)))
+            self.loggers.append(_CLASSES[name](self.folder / name, self.info, first_new))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         """Give every logger the record's finite numbers at ``step``."""

@@ -249,6 +249,7 @@ def test_python_trainer_study_logs_every_record_to_all_three_loggers_across_a_re
     assert len(glob.glob(str(trial / "wandb" / "wandb" / "offline-run-*"))) == 2  # one a job
 
 
+@pytest.mark.slow  # two `sweep run` processes (~5 s)
 def test_command_trainer_records_reach_the_logger(tmp_path: Path) -> None:
     project = _project(tmp_path)
     res = run_sweep(
