@@ -1,4 +1,8 @@
-"""Reading external result tables (CSV) for reanalysis, with the standard library only."""
+"""Reading external result tables (CSV) for reanalysis, with the standard library only.
+
+Not pandas: ``read_csv`` pads a row with too few fields with empty cells, so a result
+table missing a value would pass as NaN; here such a row is refused naming its line
+(tests/test_fit_cli.py shows both)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,11 @@ either the previous checkpoints or the new one, never a torn one. ``host.json`` 
 the SHA-256 of ``arrays.npz``: a checkpoint damaged later (a bad disk, a copy cut short, a
 file overwritten) fails `verify`, and `restore` refuses it with `CorruptCheckpoint`, so the
 trainer can fall back on the newest valid one.
+
+Not orbax-checkpoint: at the size of the studies' tiny models its StandardCheckpointer took
+9× as long to save and 4.6× to restore, plus 0.6 s of import in every fresh process
+(benchmarks/checkpoint_formats.py); it was 1.3× slower to save and 0.74× to restore at 19M
+floats. Both restore bit-identically.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def add_branch_command(sub: Any) -> None:
         "B_crit at each step as JSON. The base study must keep its checkpoints: "
         "keep_checkpoints=true, train.checkpoint_every and train.keep_checkpoints.",
     )
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="the base study's run dir")
     p.add_argument(
         "--trial", help="base trial POINT/N (default: the best complete trial of the first point)"
     )

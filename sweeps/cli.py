@@ -54,11 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = sub.add_parser("status", help="progress of a study, a row per point")
-    status.add_argument("run_dir")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("run_dir", help="the study's run dir (e.g. runs/smoke)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
 
     stop = sub.add_parser("stop", help="end a study's orchestrators cleanly (trials resume later)")
-    stop.add_argument("run_dir")
+    stop.add_argument("run_dir", help="the study's run dir (e.g. runs/smoke)")
     stop.add_argument(
         "--timeout", type=float, default=180.0, help="seconds to wait for them (default 180)"
     )
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_branch_command(sub)
 
     lst = sub.add_parser("list", help="list built-in and --config-dir presets")
-    lst.add_argument("--config-dir")
+    lst.add_argument("--config-dir", help="also list the presets in DIR/conf/")
 
     from stepscale.sweeps.formats.cli import add_format_commands
 

@@ -58,7 +58,7 @@ def compose_config(
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="sweep"):
             cfg = compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UsageError(redact(_explain(exc))) from None
+        raise UsageError(redact(_explain(exc) + _nearby_preset(overrides, user))) from None
     except yaml.YAMLError as exc:  # a group file of the user's (the preset was checked above)
         raise UsageError(f"cannot parse a YAML file of the config: {_yaml_problem(exc)}") from None
     except UnicodeDecodeError as exc:
@@ -227,6 +227,19 @@ def _unknown_keys(node: Any, prefix: str = "") -> list[str]:
         else:
             found.extend(_unknown_keys(node._get_node(key), f"{prefix}{key}."))
     return found
+
+
+def _nearby_preset(overrides: list[str], user: Path | None) -> str:
+    """When ``conf=NAME`` is not found but ``NAME.yaml`` sits in a ``conf/`` folder below
+    the working directory (where `sweep import -o` may have put it): the --config-dir to
+    give."""
+    names = [o.split("=", 1)[1] for o in overrides if o.startswith("conf=")]
+    if not names or not names[-1] or user is not None:
+        return ""
+    for base in (Path("."), Path("conf")):
+        if (base / "conf" / f"{names[-1]}.yaml").is_file():
+            return f"\n{base / 'conf' / names[-1]}.yaml is here: add --config-dir {base}"
+    return ""
 
 
 def _explain(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
-"""Live progress of a study on stderr: a row per point and an overall bar in steps with
-an ETA on a terminal; plain periodic lines otherwise."""
+"""Live progress of a study on stderr: a row per point and an overall bar of trained steps
+(running trials' steps as they report them) with an ETA on a terminal; plain periodic lines
+otherwise."""
 
 from __future__ import annotations
 
@@ -58,7 +59,10 @@ class StudyProgress:
     def __call__(self, stats: list[Any]) -> None:
         steps = sum(st.steps for st in stats)
         consumed = sum(st.consumed for st in stats)
-        self._bar.update(self._task, completed=min(consumed, self.total_steps))
+        # The bar counts trained steps, out of what the study will train: a trial that
+        # stopped early (target reached, pruned) takes its unused steps off the total.
+        expected = max(sum(st.expected for st in stats), steps, 1)
+        self._bar.update(self._task, completed=steps, total=expected)
         if self._live is not None:
             self._live.update(Group(self._table(stats), self._bar))
             return
@@ -71,7 +75,7 @@ class StudyProgress:
         budget = sum(st.budget for st in stats)
         print(
             f"{self.name}: {done}/{budget} trials done, {running} running, "
-            f"{consumed}/{self.total_steps} budget steps ({steps} trained)",
+            f"{steps}/{expected} steps trained ({consumed}/{self.total_steps} budget steps used)",
             file=sys.stderr,
             flush=True,
         )

@@ -6,11 +6,37 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stepscale.rundir import STOPPED, STUDY_JSON
+from stepscale.sweeps.status_cmd import STATES, study_status
 from stepscale.sweeps.storage import StorageSpec
 
 
+def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """``plan`` with, when ``run_dir`` holds this study already, each point's trials that
+    ended (``done``), that will resume (``unfinished``: running or stopped) and that the
+    run would start (``new``), and the totals (``existing: true``)."""
+    if not (run_dir / STUDY_JSON).exists():
+        return plan | {"existing": False}
+    rows = {r["point"]: r for r in study_status(run_dir)["points"]}
+    points = []
+    for p in plan["points"]:
+        row = rows.get(p["point"], {})
+        done = sum(row.get(s, 0) for s in STATES[1:])
+        unfinished = row.get(STATES[0], 0) + row.get(STOPPED, 0)
+        new = max(p["trials"] - done - unfinished, 0)
+        points.append(p | {"done": done, "unfinished": unfinished, "new": new})
+    return plan | {
+        "existing": True,
+        "points": points,
+        "total_done": sum(p["done"] for p in points),
+        "total_unfinished": sum(p["unfinished"] for p in points),
+        "total_new": sum(p["new"] for p in points),
+    }
+
+
 def print_dry_run(plan: dict[str, Any], run_dir: Path, storage: StorageSpec, as_json: bool) -> None:
-    """Print ``plan`` (from `sweeps.plan.plan_summary`) with where the study would run."""
+    """Print ``plan`` (from `sweeps.plan.plan_summary`, with `with_existing`) with where the
+    study would run."""
     if as_json:
         record = plan | {"run_dir": str(run_dir), "storage": storage.display()}
         print(json.dumps(record, indent=2, sort_keys=True))
@@ -42,16 +68,26 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
             f"is within a factor {adaptive['ci_ratio']:g}): at most "
             f"{adaptive['max_trials']} trials, {adaptive['max_budget_steps']} steps"
         )
-    print(f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}")
+    existing = plan.get("existing", False)
+    extra = f" {'done':>5s} {'resume':>6s} {'new':>4s}" if existing else ""
+    print(
+        f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}{extra}"
+    )
     for p in plan["points"]:
+        extra = f" {p['done']:5d} {p['unfinished']:6d} {p['new']:4d}" if existing else ""
         print(
-            f"  {p['point']:32s} {p['horizon_steps']:11d} {_count(p['horizon_tokens']):>13s} {p['budget_steps']:12d}"
+            f"  {p['point']:32s} {p['horizon_steps']:11d} {_count(p['horizon_tokens']):>13s} {p['budget_steps']:12d}{extra}"
         )
     tokens = plan["total_budget_tokens"]
     print(
         f"  total: {plan['total_trials']} trials, {plan['total_budget_steps']} steps"
         + (f" ({tokens} tokens)" if tokens is not None else "")
     )
+    if existing:
+        print(
+            f"  in {run_dir} already: {plan['total_done']} ended, {plan['total_unfinished']} to "
+            f"resume; this run would start {plan['total_new']} new trial(s)"
+        )
 
 
 def _count(value: int | None) -> str:

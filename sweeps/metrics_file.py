@@ -25,6 +25,26 @@ class MalformedRecord(ValueError):
         self.lineno = lineno
 
 
+def tail_step(path: Path, tail_bytes: int = 8192) -> int:
+    """The step of the last whole record of a metrics.jsonl that may be growing (0 when
+    there is none yet): read from its end, so a long file costs no more than a short one."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail_bytes))
+            tail = f.read()
+    except OSError:
+        return 0
+    for line in reversed(tail.split(b"\n")[1 if size > tail_bytes else 0 : -1]):
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+            return step
+    return 0
+
+
 def parse_record(line: str, lineno: int) -> dict[str, Any]:
     """One line as a record, or `MalformedRecord` saying what is wrong with it."""
     try:

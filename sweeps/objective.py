@@ -39,3 +39,37 @@ def objective_value(kind: str, status: dict[str, Any], initial_loss: float | Non
     if value is None or not math.isfinite(value):
         return float(initial_loss) if initial_loss is not None else 1e30
     return float(value)
+
+
+OBJECTIVE_UNITS = {
+    "steps_to_target": "steps",
+    "final_eval_loss": "eval loss",
+    "min_eval_loss": "eval loss",
+}
+
+
+def outcome_attrs(kind: str, state: str, status: dict[str, Any] | None) -> dict[str, Any]:
+    """User attributes that say what a told value is, so a dashboard can tell a measurement
+    from a penalty: ``reached`` (the target, for steps_to_target), ``censored`` (the value
+    is a penalty or a stand-in, not a measurement), ``diverged``, ``objective_unit`` and
+    ``intermediate_unit`` (what the reported values by step are)."""
+    diverged = state == DIVERGED
+    attrs: dict[str, Any] = {
+        "diverged": diverged,
+        "objective_unit": OBJECTIVE_UNITS.get(kind, kind),
+        "intermediate_unit": "eval loss",
+    }
+    if status is None:  # pruned or failed: no value told
+        attrs["censored"] = True
+        if kind == "steps_to_target":
+            attrs["reached"] = False
+        return attrs
+    if kind == "steps_to_target":
+        reached = not diverged and status.get("steps_to_target") is not None
+        attrs |= {"reached": reached, "censored": not reached}
+    else:
+        key = "final_eval_loss" if kind == "final_eval_loss" else "best_eval_loss"
+        value = status.get(key)
+        finite = value is not None and math.isfinite(value)
+        attrs["censored"] = diverged or not finite
+    return attrs

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from stepscale.rundir import CHECKPOINTS_DIR, FAILED, METRICS_JSONL, PRUNED, TRAINER_FINAL_STATES
 from stepscale.sweeps import heartbeat
-from stepscale.sweeps.objective import objective_value
+from stepscale.sweeps.objective import objective_value, outcome_attrs
 from stepscale.sweeps.trials import now_iso, write_trial_json
 
 
@@ -76,6 +76,9 @@ def tell_once(
     if frozen.state != TrialState.RUNNING:
         return frozen.value, False
     storage.set_trial_user_attr(trial_id, "state", state)
+    told = status if state not in (PRUNED, FAILED) else None
+    for key, attr in outcome_attrs(objective, state, told).items():
+        storage.set_trial_user_attr(trial_id, key, attr)
     value = None
     if state == PRUNED:
         study.tell(frozen.number, state=TrialState.PRUNED)

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from stepscale.redact import redact
 from stepscale.sweeps.compose import prepare_study
-from stepscale.sweeps.dry_run import print_dry_run
+from stepscale.sweeps.dry_run import print_dry_run, with_existing
 from stepscale.sweeps.errors import UsageError, exit_code
 from stepscale.sweeps.plan import plan_points, plan_summary
 from stepscale.sweeps.provenance import finish_provenance, write_provenance
@@ -65,7 +65,8 @@ def run_study(
     check_storage_place(storage_spec, run_dir)
     plan = plan_summary(cfg, space, sizes)
     if dry_run:
-        print_dry_run(plan, run_dir, storage_spec, as_json)
+        check_unchanged(run_dir, cfg)  # refused as the run itself would refuse it
+        print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json)
         return 0
     if trainer.kind == BUILTIN and not detach:
         from stepscale.sweeps import builtin

@@ -512,3 +512,39 @@ def test_a_trial_that_ended_above_its_initial_loss_counts_as_diverged_for_eta(
     i = opt.batch_sizes.index(64.0)
     assert opt.lr_opt[i] == pytest.approx(alone.lr_opt[0])
     assert opt.objective_opt[i] >= 0.99 * min(alone.best_objective)
+
+
+def test_hparam_law_intervals_survive_degenerate_resamples_where_scipy_gives_nan() -> None:
+    # Why the case bootstrap is ours and not scipy.stats.bootstrap: with few runs, some
+    # resamples hold a single value of the regressor. Ours drops those replicates; scipy's
+    # interval (any method) becomes NaN.
+    import warnings
+
+    from scipy import stats
+
+    from stepscale.analysis.fits.hparams import _fit_law
+
+    b = np.array([8.0, 8.0, 8.0, 16.0, 32.0])
+    lr = 0.01 * b**0.5 * np.array([1.0, 1.05, 0.95, 1.0, 1.0])
+    cols = {"lr": lr, "b": b}
+    law = _fit_law("lr", ["b"], cols, np.ones(5, bool), 1000, np.random.default_rng(0), 0.95)
+    lo, hi = law.ci["b"]
+    assert math.isfinite(lo) and math.isfinite(hi) and lo <= 0.5 <= hi
+
+    x, y = np.log(b), np.log(lr)
+
+    def slope(i: np.ndarray, axis: int = -1) -> np.ndarray:
+        xb, yb = x[i], y[i]
+        xc = xb - xb.mean(axis=-1, keepdims=True)
+        v = (xc**2).sum(-1)
+        with np.errstate(all="ignore"):
+            return np.where(v > 0, (xc * yb).sum(-1) / v, np.nan)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for method in ("percentile", "BCa"):
+            ci = stats.bootstrap(
+                (np.arange(5),), slope, vectorized=True, method=method, n_resamples=1000,
+                random_state=0,
+            ).confidence_interval  # fmt: skip
+            assert math.isnan(ci.low) or math.isnan(ci.high), method

@@ -1,8 +1,10 @@
 """What Hydra users type works as they expect: group overrides win over a preset, and a
 whole parameter can be added from the command line. (Habits that `sweep` refuses — multirun,
-``hydra.*``, a preset without ``conf=`` — are cases of test_bad_inputs.py.)"""
+``hydra.*``, a preset without ``conf=`` — are cases of test_bad_inputs.py.) And every option says what it does."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from test_formats import builtin_studies
@@ -34,3 +36,39 @@ def test_a_whole_parameter_is_added_from_the_command_line() -> None:
     assert cfg.scientific["seq"].values == [16, 32]
     assert cfg.fixed["wd"].value == 0.1
     assert "lr" in cfg.nuisance and "batch_size" in cfg.scientific  # the preset's stay
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import argparse
+
+    from stepscale.sweeps.cli import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*path, name])
+            elif not action.help:
+                missing.append(
+                    f"sweep {' '.join(path)} {'/'.join(action.option_strings) or action.dest}"
+                )
+
+    walk(build_parser(), [])
+    assert missing == []
+
+
+def test_an_imported_conf_says_how_to_run_it_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stepscale.sweeps.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["export", "conf=smoke", "--format", "optuna"]) == 0
+    Path("space.json").write_text(capsys.readouterr().out)
+    assert main(["import", "space.json", "--format", "optuna", "-o", "conf/conf/x.yaml"]) == 0
+    assert "sweep run conf=x --config-dir conf" in capsys.readouterr().err
+    assert main(["run", "conf=x", "--dry-run"]) == 2  # not in the packaged presets …
+    assert "add --config-dir conf" in capsys.readouterr().err  # … but the message finds it
+    assert main(["run", "conf=x", "--config-dir", "conf", "--dry-run"]) == 0

@@ -187,13 +187,19 @@ def test_extending_a_finished_study_runs_only_the_new_trials(
     study = json.loads((run_dir / "study.json").read_text())
     study["fingerprint"]["trainer"] = "models.train:train"
     (run_dir / "study.json").write_text(json.dumps(study))
-    code, _, err = _run_inline(
-        capsys,
-        "conf=smoke",
-        "budget.trials_per_point=3",
-        "scientific.batch_size.values=[8,16,32]",
-        f"run_dir={run_dir}",
+    extend = ["budget.trials_per_point=3", "scientific.batch_size.values=[8,16,32]"]
+    code, out, err = _run_inline(
+        capsys, "conf=smoke", *extend, f"run_dir={run_dir}", "--dry-run", "--json"
     )
+    assert code == 0, err  # the dry run reads the run dir: what is done, what would start
+    plan = json.loads(out)
+    assert {p["point"]: (p["done"], p["new"]) for p in plan["points"]} == {
+        "batch_size=8": (2, 1),
+        "batch_size=16": (2, 1),
+        "batch_size=32": (0, 3),
+    }
+    assert plan["existing"] and plan["total_new"] == 5
+    code, _, err = _run_inline(capsys, "conf=smoke", *extend, f"run_dir={run_dir}")
     assert code == 0, err
     assert_exact_budget(run_dir, "smoke", per_point=3, points=3)
     for folder, text in before.items():
@@ -378,6 +384,7 @@ def test_changed_study_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ["objective.target_loss=2.2"],
         ["budget.max_steps=50"],
         ["seed=3"],
+        ["seed=3", "--dry-run"],  # the dry run refuses what the run would refuse
     ):
         code, _, err = _run_inline(
             capsys, "conf=smoke", "budget.trials_per_point=1", *change, f"run_dir={run_dir}"

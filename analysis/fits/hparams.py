@@ -3,7 +3,10 @@
 Runs are grouped into cells (distinct values of the scaling variables); within a cell
 the runs whose loss is strictly within a relative band of the cell's best are "near
 optimal". A law h = c·Π x^a is fitted by least squares of log h on log x over all kept
-runs of all cells, with bootstrap intervals from resampling the kept runs.
+runs of all cells, with bootstrap intervals from resampling the kept runs. (The case
+bootstrap is vectorised here rather than scipy.stats.bootstrap: a resample that holds a
+single value of a regressor is dropped, where scipy's interval would become NaN; see
+tests/test_fits.py.)
 """
 
 from __future__ import annotations

@@ -115,4 +115,31 @@ def run_import(args: argparse.Namespace) -> int:
     notes = [*notes, *added]
     if notes:
         print(f"sweep: warning: import from {args.format}: {'; '.join(notes)}", file=sys.stderr)
+    if args.output is not None:
+        print(f"wrote {args.output}; {run_command(Path(args.output))}", file=sys.stderr)
     return 0
+
+
+def run_command(conf_file: Path) -> str:
+    """How to run the study conf written at ``conf_file``: its presets folder must be the
+    ``conf/`` of a ``--config-dir`` (or the packaged tree)."""
+    from stepscale.sweeps.compose import conf_dir
+
+    folder = conf_file.resolve().parent
+    name = conf_file.stem
+    if folder == conf_dir() / "conf":
+        return f"run it with: sweep run conf={name}"
+    if folder.name == "conf":
+        return f"run it with: sweep run conf={name} --config-dir {_shown(folder.parent)}"
+    return (
+        f"to run it, move it to DIR/conf/{conf_file.name} and run: "
+        f"sweep run conf={name} --config-dir DIR"
+    )
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path)
