@@ -69,6 +69,7 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         stale.unlink(missing_ok=True)
     resume = last_step(folder / METRICS_JSONL)
     reporter.heartbeat.step = resume
+    reporter.loggers.begin(resume)  # the loggers follow the file from the resumed step
     record_event(folder, "start" if resume == 0 else "resume", resume)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -27,6 +27,7 @@ import submitit
 from stepscale import trainer as contract
 from stepscale.events import record_event
 from stepscale.files import read_json
+from stepscale.loggers import MetricLoggers, RunInfo, flat_params
 from stepscale.reporters import JsonlReporter
 from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, STATUS_JSON, TRAINER_FINAL_STATES
 from stepscale.sweeps.heartbeat import JobHeartbeat
@@ -43,7 +44,8 @@ class TrainerContractError(RuntimeError):
 
 
 class TrialReporter:
-    """JsonlReporter + Optuna: eval losses become intermediate values; the pruner may stop."""
+    """JsonlReporter + metric loggers + Optuna: every record goes to metrics.jsonl and the
+    loggers; eval losses become intermediate values; the pruner may stop."""
 
     def __init__(
         self,
@@ -52,16 +54,19 @@ class TrialReporter:
         heartbeat: JobHeartbeat,
         prune: bool = True,
         reported: set[int] | None = None,
+        loggers: MetricLoggers | None = None,
     ) -> None:
         self.files = files
         self.trial = trial
         self.heartbeat = heartbeat
         self.prune = prune
         self.reported: set[int] = set(reported or ())
+        self.loggers = loggers if loggers is not None else MetricLoggers([], files.run_dir, _NO_RUN)
 
     def begin(self, step: int) -> None:
-        """Open the trial's metrics file (resuming after ``step``)."""
+        """Open the trial's metrics file and loggers (resuming after ``step``)."""
         self.files.begin(step)
+        self.loggers.begin(step)
         self.heartbeat.step = step
         record_event(self.heartbeat.path.parent, "start" if step == 0 else "resume", step)
 
@@ -71,8 +76,9 @@ class TrialReporter:
         return self.observe(step, metrics)
 
     def observe(self, step: int, metrics: dict[str, Any]) -> Action:
-        """A record written by someone else (a command trainer): keep the heartbeat's step,
-        report an eval loss to Optuna and ask the pruner."""
+        """A record in metrics.jsonl (written above, or by a command trainer): log it, keep
+        the heartbeat's step, report an eval loss to Optuna and ask the pruner."""
+        self.loggers.log(step, metrics)
         self.heartbeat.step = step
         loss = metrics.get("eval_loss")
         if self.trial is None or loss is None or step == 0 or loss != loss:
@@ -83,8 +89,25 @@ class TrialReporter:
         return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
 
     def finish(self, status: dict[str, Any]) -> None:
-        """Write the final status."""
+        """Write the final status; close the loggers."""
         self.files.finish(status)
+        self.loggers.close()
+
+
+_NO_RUN = RunInfo(name="", group="")
+
+
+def run_info(spec: TrialSpec) -> RunInfo:
+    """How the loggers name a trial: ``study/point/n``, tagged with the study, the point
+    and the trial number, its settings (scientific, nuisance, fixed) as hyperparameters."""
+    point, _, number = spec.trial.rpartition("/")
+    study = spec.study_name.rpartition("/")[0] or spec.study_name
+    return RunInfo(
+        name=f"{study}/{spec.trial}",
+        group=study,
+        tags={"study": study, "point": point, "trial": number, "seed": str(spec.seed)},
+        params={**flat_params(spec.settings), "seed": spec.seed},
+    )
 
 
 def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
@@ -167,10 +190,16 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     leader = (
         int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == 0
     )
-    with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat:
+    loggers = MetricLoggers(list(spec.loggers) if leader else [], folder, run_info(spec))
+    with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat, loggers:
         trial, reported = _optuna_trial(spec)
         reporter = TrialReporter(
-            JsonlReporter(folder), trial, heartbeat, prune=spec.prune, reported=reported
+            JsonlReporter(folder),
+            trial,
+            heartbeat,
+            prune=spec.prune,
+            reported=reported,
+            loggers=loggers,
         )
         try:
             status = _train(spec, reporter, stop)

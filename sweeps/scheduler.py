@@ -270,6 +270,7 @@ class Scheduler:
             prune=kind == "tune",
             settings=settings,
             sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
+            loggers=tuple(self.cfg.loggers),
         )
 
     def _grow(self) -> bool:

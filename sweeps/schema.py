@@ -227,6 +227,9 @@ class StudyConfig(TrainerConfig):
     keep_checkpoints: bool = False
     heartbeat_timeout_s: float = 120.0
     description: str | None = None
+    # Metric loggers beside metrics.jsonl (stepscale.loggers): any of tensorboard, mlflow,
+    # wandb; each writes into a folder of its name in the trial folder (docs/loggers.md).
+    loggers: list[str] = field(default_factory=list)
 
 
 def register() -> None:

@@ -16,6 +16,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from stepscale.loggers import (
+    LoggerUnavailable,
+    LoggingReporter,
+    MetricLoggers,
+    RunInfo,
+    check_loggers,
+    flat_params,
+)
 from stepscale.redact import redact
 from stepscale.reporters import JsonlReporter
 from stepscale.rundir import (
@@ -39,6 +47,7 @@ def default_run_dir(name: str) -> Path:
 # resumed with other values of them.
 _LAYOUT_KEYS = (
     ("run_dir",),
+    ("loggers",),
     ("train", "resume"),
     ("train", "compile_cache_dir"),
     ("train", "devices"),
@@ -100,6 +109,13 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
+def _run_info(name: str, config_yaml: str) -> RunInfo:
+    """How the loggers name a training run: its name, its trainer keys as hyperparameters."""
+    tree = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    trainer = {k: tree[k] for k in ("model", "data", "optimizer", "schedule", "train") if k in tree}
+    return RunInfo(name=name, group=name, tags={"run": name}, params=flat_params(trainer))
+
+
 def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> int:
     """Compose, validate, train and print the final status; returns the exit code."""
     cfg, choices = compose_config(overrides, config_dir, command="train")
@@ -114,6 +130,10 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
             "trains one config at fixed values (a training preset, e.g. conf=train_smoke)"
         )
     trainer_cfg = to_object(cfg)
+    try:
+        logger_names = check_loggers(trainer_cfg.loggers)
+    except LoggerUnavailable as exc:
+        raise UsageError(str(exc)) from None
 
     from stepscale.sweeps import builtin  # heavy imports only once the config composed
 
@@ -132,10 +152,10 @@ def run_train(overrides: list[str], config_dir: str | None, print_cfg: bool) -> 
         (run_dir / CONFIG_YAML).write_text(config_yaml)
     except OSError as exc:
         raise UsageError(f"run_dir {run_dir}: cannot write there ({exc.strerror})") from None
-    with StepProgress(trainer_cfg.name) as progress:
-        status = builtin.train_config(
-            trainer_cfg, JsonlReporter(run_dir), run_dir, progress=progress, plan=plan
-        )
+    loggers = MetricLoggers(logger_names, run_dir, _run_info(trainer_cfg.name, config_yaml))
+    with StepProgress(trainer_cfg.name) as progress, loggers:
+        reporter = LoggingReporter(JsonlReporter(run_dir), loggers)
+        status = builtin.train_config(trainer_cfg, reporter, run_dir, progress=progress, plan=plan)
     print(f"run dir: {run_dir}", file=sys.stderr)
     print(json.dumps(json.loads((run_dir / STATUS_JSON).read_text()), indent=2, sort_keys=True))
     return 0 if status["state"] in TRAINER_FINAL_STATES else 1

@@ -31,3 +31,4 @@ class TrialSpec:
     prune: bool = True  # False for confirm seeds: report intermediate values, never prune
     settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
     sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
+    loggers: tuple[str, ...] = ()  # metric loggers beside metrics.jsonl (stepscale.loggers)

@@ -48,6 +48,7 @@ def check_study(cfg: StudyConfig) -> None:
         raise UsageError("budget: give the horizon once: max_steps, max_tokens or max_examples")
     if cfg.heartbeat_timeout_s <= 0:
         raise UsageError(f"heartbeat_timeout_s: must be > 0, got {cfg.heartbeat_timeout_s}")
+    check_loggers_installed(cfg.loggers)
     check_sampler(cfg.sampler)
     check_pruner(cfg.pruner)
     check_transfer(cfg)
@@ -58,6 +59,16 @@ def check_study(cfg: StudyConfig) -> None:
             "pruner=deadline stops trials that cannot become their point's fewest steps to "
             "target: it needs objective.kind=steps_to_target and objective.stop_at_target=true"
         )
+
+
+def check_loggers_installed(names: list[str]) -> None:
+    """``loggers``: known names whose libraries are installed, else `UsageError`."""
+    from stepscale.loggers import LoggerUnavailable, check_loggers
+
+    try:
+        check_loggers(names)
+    except LoggerUnavailable as exc:
+        raise UsageError(str(exc)) from None
 
 
 def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:
