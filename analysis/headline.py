@@ -59,9 +59,12 @@ def sig(x: Any, digits: int = 3) -> str:
             x = float(x)
         except (TypeError, ValueError):
             return "—"
-    if not math.isfinite(float(x)):
+    f = float(x)
+    if not math.isfinite(f):
         return "—"
-    return f"{float(x):.{digits}g}"
+    if 1e3 <= abs(f) < 1e6:  # 2,760 rather than 2.76e+03
+        return f"{float(f'{f:.{digits}g}'):,.0f}"
+    return f"{f:.{digits}g}"
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Determination:
 
     @property
     def label(self) -> str:
-        """"determined" or "not determined (<reason>)"."""
+        """ "determined" or "not determined (<reason>)"."""
         return "determined" if self.determined else f"{NOT_DETERMINED} ({self.reason})"
 
 
@@ -206,10 +209,7 @@ class Headline:
             basis = f"rests on {g.n_points} batch sizes reaching the target, {trials}"
             at = f" at eval loss < {self.target:g}" if self.target is not None else ""
             if not g.determination.determined:
-                return (
-                    f"{prefix}B_crit{at}: {NOT_DETERMINED} — {g.determination.reason} "
-                    f"({basis})"
-                )
+                return f"{prefix}B_crit{at}: {NOT_DETERMINED} — {g.determination.reason} ({basis})"
             lo, hi = g.ci
             return (
                 f"{prefix}B_crit{at} = {sig(g.value)} {self.batch_unit} "

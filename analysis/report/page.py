@@ -12,19 +12,22 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis import figures
+from stepscale.analysis.headline import headline
 from stepscale.analysis.report.blocks import (
     Block,
-    code,
     fig,
+    folded,
     heading,
     para,
+    summary_box,
     table,
+    toc,
 )
 from stepscale.analysis.report.course import course_sections
-from stepscale.analysis.report.numbers import interval, num
 from stepscale.analysis.report.sections import (
     ablation_section,
     fit_section,
+    lr_law_text,
     lr_section,
     noise_section,
     points_table,
@@ -35,6 +38,9 @@ from stepscale.analysis.report.tables import (
     csv_columns,
 )
 from stepscale.analysis.study import StudyAnalysis
+
+# Shown right after the summary box (when the study has it).
+FIRST_FIGURE = "steps_vs_batch"
 
 
 def _commit(git: Mapping[str, Any]) -> str:
@@ -105,7 +111,8 @@ def _files_section(batch_unit: str) -> list[Block]:
     ]
 
 
-def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
+def _basis(a: StudyAnalysis, ds: xr.Dataset) -> str:
+    """What the study rests on: objective, target, points and trials by state."""
     states = ds["state"].values
     uniq, counts = np.unique(states, return_counts=True)
     by_state = ", ".join(f"{k} {v}" for k, v in zip(uniq.tolist(), counts.tolist(), strict=True))
@@ -116,24 +123,21 @@ def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
             f" (automatic targets {', '.join(f'{t:g}' for t in sorted(a.dropped))} dropped: "
             f"S(B) not well-posed there)"
         )
-    out = [
-        para(
-            f"Objective: {a.objective_kind or '—'}; target eval loss {tgt}; "
-            f"{len(a.points)} points, {ds.sizes['trial']} trials ({by_state}). "
-            f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}{dropped}."
-        )
-    ]
+    return (
+        f"Objective: {a.objective_kind or '—'}; target eval loss {tgt}; "
+        f"{len(a.points)} points, {ds.sizes['trial']} trials ({by_state}). "
+        f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}{dropped}."
+    )
+
+
+def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
+    """The answer (analysis.headline), the η*(B) law when there is one, and the basis."""
+    lines = headline(a).lines()
     for g in a.groups:
-        f = g.fit_at(a.target)
-        if f is not None:
-            out.append(
-                para(
-                    f"{'' if g.group == 'all' else g.group + ': '}B_crit = {num(f.b_crit)} "
-                    f"{interval(f.b_crit_ci)} {a.batch_unit}, S_min = {num(f.s_min)} steps, E_min = "
-                    f"{num(f.e_min)} {a.batch_unit} at eval loss < {a.target:g}."
-                )
-            )
-    return out
+        if g.lr_law is not None and g.optimal_lr is not None:
+            lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
+    lines.append(_basis(a, ds))
+    return lines
 
 
 def document(
@@ -143,9 +147,12 @@ def document(
     pngs: Mapping[str, bytes],
     health: Sequence[Block] = (),
     cheaper: Sequence[Block] = (),
+    health_warnings: Sequence[str] = (),
 ) -> list[Block]:
-    """Every block of the report, in order; ``health`` (the health checks) follows the S(B)
-    fit, ``cheaper`` (replay, adaptive batch sizes, transfer) the ablation."""
+    """Every block of the report, in order: the summary box (the answer, what it rests on,
+    ``health_warnings``) and at once the S(B) figure, the contents, then every section;
+    ``health`` (the health checks) follows the S(B) fit, ``cheaper`` (replay, adaptive
+    batch sizes, transfer) the ablation; the composed config comes last, folded."""
     blocks = [heading(f"Study {a.study}: scaling report", 1)]
     if a.partial:
         n_run = int(ds.attrs.get("n_running", 0))
@@ -160,18 +167,27 @@ def document(
                 "partial",
             )
         )
-    blocks += _summary(a, ds)
-    for w in a.warnings:
-        blocks.append(para(w, "warning"))
-    for n in [*a.notes, *(n for g in a.groups for n in g.notes)]:
-        blocks.append(para(n, "note"))
+    warns = [*health_warnings]
+    for g in headline(a).groups:
+        warns += [w for w in g.warnings if w not in warns]
+    blocks.append(summary_box("Answer", summary_lines(a, ds), warns))
+    first = FIRST_FIGURE if FIRST_FIGURE in pngs else None
+    if first is not None:
+        blocks.append(fig(first, figures.FIGURES[first][2], pngs[first]))
+    blocks.append(toc())
+    notes = [*a.notes, *(n for g in a.groups for n in g.notes)]
+    if a.warnings or notes:
+        blocks.append(heading("Notes and warnings"))
+    blocks += [para(w, "warning") for w in a.warnings]
+    blocks += [para(n, "note") for n in notes]
     blocks += [heading("Points"), points_table(a)]
     blocks += fit_section(a)
     blocks += health
-    if pngs:
+    if set(pngs) - {first}:
         blocks.append(heading("Figures"))
         for name, png in pngs.items():
-            blocks.append(fig(name, figures.FIGURES[name][2], png))
+            if name != first:
+                blocks.append(fig(name, figures.FIGURES[name][2], png))
     blocks += targets_section(a)
     blocks += lr_section(a)
     blocks += noise_section(a)
@@ -183,5 +199,8 @@ def document(
     blocks += _files_section(a.batch_unit)
     cfg = prov.get("config")
     if cfg is not None:
-        blocks += [heading("Composed config", 3), code(json.dumps(cfg, indent=2, sort_keys=True))]
+        blocks += [
+            heading("Composed config"),
+            folded("the composed config (JSON)", json.dumps(cfg, indent=2, sort_keys=True)),
+        ]
     return blocks

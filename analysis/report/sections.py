@@ -7,18 +7,18 @@ import math
 from collections.abc import Sequence
 
 from stepscale.analysis.analyze import DROPPED
-from stepscale.analysis.report.blocks import (
-    Block,
-    heading,
-    para,
-    table,
-)
 from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
     lr_law_determination,
     saturating_determination,
     steps_fit_determination,
+)
+from stepscale.analysis.report.blocks import (
+    Block,
+    heading,
+    para,
+    table,
 )
 from stepscale.analysis.report.numbers import batch_text, integer, interval, is_finite, num
 from stepscale.analysis.report.tables import (
