@@ -72,8 +72,12 @@ def test_every_file_is_written(known: tuple[Path, dict, dict[str, bytes]]) -> No
     assert summary["report_dir"] == str(run / "report") and summary["partial"] is False
     for name in FILES:
         assert name in files, name
-    pngs = [f for f in files if f.startswith("figures/")]
+    pngs = [f for f in files if f.startswith("figures/") and f.endswith(".png")]
     assert len(pngs) >= 8 and all(files[f].startswith(b"\x89PNG") for f in pngs)
+    svgs = [f for f in files if f.startswith("figures/") and f.endswith(".svg")]
+    assert sorted(svgs) == sorted(f[: -len(".png")] + ".svg" for f in pngs)
+    assert all(files[f].lstrip().startswith(b"<?xml") and b"<svg" in files[f] for f in svgs)
+    assert set(summary["files"]) == set(files) - {f for f in files if f.startswith(".")}
     html = files["index.html"].decode()
     assert html.count('src="data:image/png;base64,') == len(pngs)
     assert "<style>" in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)

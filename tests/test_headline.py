@@ -1,0 +1,144 @@
+"""The study's headline and "not determined" (analysis.headline) on synthetic data with a
+known answer: B_crit with its interval, the objective's best per point, and fits that rest
+on too few points or too wide an interval labelled "not determined" in the report's text,
+tables and figures (no line drawn)."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from run_dirs import Spec, make_run_dir
+
+from stepscale.analysis import figures, load
+from stepscale.analysis.analyze import analyze
+from stepscale.analysis.fits.lr import fit_lr_law
+from stepscale.analysis.headline import (
+    MAX_CI_FACTOR,
+    MAX_EXPONENT_WIDTH,
+    NOT_DETERMINED,
+    exponent_determination,
+    headline,
+    lr_law_determination,
+    scale_determination,
+    sig,
+)
+from stepscale.analysis.report import write_report
+from stepscale.analysis.report.sections import lr_law_text
+
+# The demo's η*(B) of issue 18: η* = 0.0028·B^0.715 on 3 batch sizes whose optima go up
+# then down, so α's 95% interval is [−6.3, 7.8] (a bump of 0.666 in log η* at the middle).
+BUMP = 0.666
+DEMO_LR_FACTORS = {16: math.exp(-BUMP / 3), 32: math.exp(2 * BUMP / 3), 64: math.exp(-BUMP / 3)}
+
+
+def demo_spec() -> Spec:
+    """7 batch sizes with B_crit = 72 (η*(B) is fitted on the 3 below it: the demo's case)."""
+    return Spec(
+        b_crit=72.0,
+        lr0=0.0028 * 16**0.715,
+        lr_alpha=0.715,
+        lr_factors=DEMO_LR_FACTORS,
+    )
+
+
+def test_sig_writes_three_significant_figures() -> None:
+    assert [sig(v) for v in (0.0028123, 70.876, 2763.9, 1.85e13, math.nan, None)] == [
+        "0.00281",
+        "70.9",
+        "2,760",
+        "1.85e+13",
+        "—",
+        "—",
+    ]
+
+
+def test_determination_rules_with_known_answers() -> None:
+    assert scale_determination(3, (50.0, 400.0)).determined
+    assert not scale_determination(2, (50.0, 60.0)).determined  # too few points
+    wide = scale_determination(5, (10.0, 10.0 * MAX_CI_FACTOR * 1.01))
+    assert not wide.determined and "factor" in wide.reason
+    assert not scale_determination(5, (math.nan, 60.0)).determined
+    assert exponent_determination(4, (0.3, 0.3 + MAX_EXPONENT_WIDTH * 0.99)).determined
+    assert not exponent_determination(4, (0.0, MAX_EXPONENT_WIDTH * 1.01)).determined
+    assert not exponent_determination(2, (0.4, 0.6)).determined
+
+
+def test_the_demo_lr_law_is_not_determined() -> None:
+    b = np.array([16.0, 32.0, 64.0])
+    lr = 0.0028 * b**0.715 * np.array([DEMO_LR_FACTORS[int(x)] for x in b])
+    law = fit_lr_law(b, lr)
+    assert law.c == pytest.approx(0.0028) and law.alpha == pytest.approx(0.715)
+    assert law.alpha_ci == pytest.approx((-6.33, 7.76), abs=0.02)
+    assert not lr_law_determination(law).determined
+    text = lr_law_text("all", law, tuple(b))
+    assert NOT_DETERMINED in text and "closest rule" not in text and "0.715" not in text
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo-like run dir and its report (shared with tests/test_report_page.py's checks)."""
+    run = make_run_dir(tmp_path_factory.mktemp("demo") / "run", demo_spec())
+    write_report(run)
+    return run
+
+
+def test_headline_gives_bcrit_with_its_interval_and_basis(demo: Path) -> None:
+    h = headline(analyze(load(demo)))
+    assert h.kind == "b_crit" and h.determined
+    g = h.groups[0]
+    assert g.value == pytest.approx(72.0, rel=0.05)
+    assert g.ci[0] < g.value < g.ci[1] and g.ci[1] / g.ci[0] < MAX_CI_FACTOR
+    assert (g.n_points, g.n_trials) == (7, 42)
+    assert h.lines()[0].startswith(f"B_crit at eval loss < 2 = {sig(g.value)} sequences")
+    assert "rests on 7 batch sizes reaching the target, 42 trials" in h.lines()[0]
+
+
+def test_the_report_labels_the_demo_lr_law_not_determined(demo: Path) -> None:
+    md = (demo / "report" / "report.md").read_text()
+    html = (demo / "report" / "index.html").read_text()
+    for text in (md, html):
+        assert "η*(B) = c·B^α: not determined" in text
+        assert "closest rule" not in text and "0.0028·B" not in text
+    rec = figures.build(analyze(load(demo)), load(demo))["lr_vs_batch"]
+    assert rec.series[0].not_determined
+    fig = figures.draw("lr_vs_batch", rec)
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
+    assert not any(lb.startswith("η* = ") for lb in labels)  # no law drawn
+    assert any(NOT_DETERMINED in lb for lb in labels)  # but labelled
+
+
+def test_a_wide_bcrit_is_not_determined_and_not_drawn(tmp_path: Path) -> None:
+    spec = Spec(batches=(16, 32, 64, 128), jitter=0.5, seed=3, lr_multipliers=(0.5, 1.0, 2.0))
+    run = make_run_dir(tmp_path / "run", spec)
+    ds = load(run)
+    a = analyze(ds)
+    h = headline(a)
+    assert not h.determined and NOT_DETERMINED in h.lines()[0] and "= " not in h.lines()[0]
+    rec = figures.build(a, ds)["steps_vs_batch"]
+    assert rec.series[0].fit is not None and rec.series[0].fit.not_determined
+    labels = [ln.get_label() for ln in figures.draw("steps_vs_batch", rec).axes[0].get_lines()]
+    assert not any("B_crit=" in lb for lb in labels)
+    assert any(NOT_DETERMINED in lb for lb in labels)
+
+
+def test_too_few_batch_sizes_are_not_determined(tmp_path: Path) -> None:
+    spec = Spec(batches=(16, 32, 64), horizons={64: 200}, lr_multipliers=(0.5, 1.0, 2.0))
+    h = headline(analyze(load(make_run_dir(tmp_path / "run", spec))))
+    assert not h.determined and h.groups[0].n_points == 2
+    assert "needs at least 3 batch sizes" in h.groups[0].determination.reason
+
+
+def test_a_study_without_batch_axis_gives_the_best_per_point(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run", Spec(seq_lens=(32, 64), lr_multipliers=(0.5, 1.0, 2.0)))
+    a = analyze(load(run))
+    h = headline(a)
+    assert h.kind == "objective" and h.determined
+    best = {p.point: p.best_objective for p in a.points}
+    g = h.groups[0]
+    assert g.best_point == min(best, key=best.__getitem__) and g.value == min(best.values())
+    assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:]
+    shutil.rmtree(run)
