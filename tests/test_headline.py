@@ -5,8 +5,12 @@ tables and figures (no line drawn)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -142,3 +146,64 @@ def test_a_study_without_batch_axis_gives_the_best_per_point(tmp_path: Path) -> 
     assert g.best_point == min(best, key=best.__getitem__) and g.value == min(best.values())
     assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:]
     shutil.rmtree(run)
+
+
+# Height (px) of main's report (before issue 18) of the demo-like run dir above, measured
+# once in the same headless Chromium at 1280×1000: the folded page must be under half of it.
+HEIGHT_BEFORE = 9837
+MEASURE = """
+window.addEventListener('load', function () {
+  function box(el) { if (!el) return null; var r = el.getBoundingClientRect();
+    return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY}; }
+  var out = {summary: box(document.getElementById('summary')),
+             figure: box(document.getElementById('steps_vs_batch')),
+             height: document.documentElement.scrollHeight};
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+  out.unfolded = document.documentElement.scrollHeight;
+  var pre = document.createElement('pre'); pre.id = 'measured';
+  pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+});
+"""
+
+
+def chromium() -> str:
+    """The headless browser, or a skip (a failure under CI, which installs it)."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("chromium is not installed (CI installs it: apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    return exe
+
+
+def test_the_answer_is_on_the_first_screen_in_chromium(demo: Path, tmp_path: Path) -> None:
+    """The summary box and the S(B) figure end within the first 1,000 px; the page with
+    its reference tables and config folded is under half its height before."""
+    exe = chromium()
+    page = tmp_path / "measure.html"
+    html = (demo / "report" / "index.html").read_text()
+    page.write_text(html.replace("</body>", f"<script>{MEASURE}</script></body>"))
+    out = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,1000",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    found = re.search(r'<pre id="measured">([^<]*)</pre>', out)
+    assert found, out[-2000:]
+    m = json.loads(found.group(1))
+    assert m["summary"] is not None and m["figure"] is not None
+    assert m["summary"]["bottom"] <= m["figure"]["top"] <= m["figure"]["bottom"] <= 1000
+    assert m["height"] < HEIGHT_BEFORE / 2, m
+    assert m["unfolded"] > m["height"]  # the folded parts are there, one click away

@@ -167,7 +167,7 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
             "-",
             color=c,
             lw=1.4,
-            label=f"{name}fit: S_min={f.s_min:.4g}, B_crit={f.b_crit:.4g}",
+            label=f"{name}fit: S_min={f.s_min:.3g}, B_crit={f.b_crit:.3g}",
         )
         grid = np.asarray(f.grid)
         ax.plot(

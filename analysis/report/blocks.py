@@ -81,6 +81,16 @@ def folded(title: str, text: str) -> Block:
     return Block("details", text=text, name=title)
 
 
+def fold(title: str) -> Block:
+    """Opens a folded part (HTML ``<details>``) titled ``title``; :func:`end_fold` closes it."""
+    return Block("fold", text=title)
+
+
+def end_fold() -> Block:
+    """Closes the folded part opened by :func:`fold`."""
+    return Block("endfold")
+
+
 def summary_box(title: str, lines: Sequence[str], warnings: Sequence[str] = ()) -> Block:
     """The box that opens the report: the answer as ``lines``, then ``warnings``."""
     return Block(
@@ -151,6 +161,10 @@ def to_markdown(blocks: Sequence[Block]) -> str:
                 f"**{b.text}:** "
                 + " · ".join(f"[{blocks[j].text}](#{ids[j]})" for j in sorted(ids) if j > i)
             )
+        elif b.kind == "fold":
+            out.append(f"<details><summary>{html.escape(b.text)}</summary>")
+        elif b.kind == "endfold":
+            out.append("</details>")
         elif b.kind == "details":
             out.append(f"<details><summary>{html.escape(b.name)}</summary>")
             out.append("")
@@ -196,7 +210,7 @@ h3 { font-size: 1.05em; margin-top: 1.4em; }
 table { border-collapse: collapse; font-size: .85em; }
 th, td { border: 1px solid #ddd; padding: .25em .5em; text-align: left; vertical-align: top; }
 th { background: #f4f6f8; vertical-align: bottom; } th.n, td.n { text-align: right; }
-td.n { white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.s { white-space: nowrap; } td.n { white-space: nowrap; font-variant-numeric: tabular-nums; }
 caption { caption-side: top; text-align: left; font-style: italic; padding: .2em 0; }
 figure { margin: 1em 0 1.8em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #444; max-width: 900px; }
@@ -209,6 +223,8 @@ pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .8em; }
 .summary h2 { margin: .3em 0; border: 0; font-size: 1.15em; }
 .summary ul { margin: .2em 0; padding-left: 1.2em; } .summary li.warn { color: #8a5a00; }
 .toc { font-size: .9em; margin: .6em 0 1em; line-height: 1.7; }
+.figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr));
+        gap: 0 1.2em; } .figs figure { margin: .6em 0 1em; } .figs figcaption { font-size: .8em; }
 details { margin: .6em 0; } details summary { cursor: pointer; font-weight: bold; }
 .partial { background: #fdecea; border: 2px solid #d93025; padding: .6em .9em;
            font-weight: bold; color: #a50e0e; }
@@ -221,6 +237,22 @@ _CODE = re.compile(r"`([^`]+)`")
 def _h(s: str) -> str:
     """Escaped text; `inline code` (Markdown backticks) becomes <code>."""
     return _CODE.sub(r"<code>\1</code>", html.escape(s, quote=True))
+
+
+def _short(cell: str) -> str:
+    """The class of a short text cell: kept on one line (a table of many short cells
+    would otherwise wrap every row into two)."""
+    return ' class="s"' if len(cell) <= 24 else ""
+
+
+def _figure_run(blocks: Sequence[Block], i: int) -> tuple[int, int]:
+    """[start, end) of the run of consecutive figure blocks holding block ``i``."""
+    lo, hi = i, i + 1
+    while lo > 0 and blocks[lo - 1].kind == "figure":
+        lo -= 1
+    while hi < len(blocks) and blocks[hi].kind == "figure":
+        hi += 1
+    return lo, hi
 
 
 def to_html(blocks: Sequence[Block], title: str) -> str:
@@ -254,6 +286,10 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
             out.append(f'<nav class="toc" id="contents"><b>{_h(b.text)}:</b> {links}</nav>')
         elif b.kind == "details":
             out.append(f"<details><summary>{_h(b.name)}</summary><pre>{_h(b.text)}</pre></details>")
+        elif b.kind == "fold":
+            out.append(f"<details><summary>{_h(b.text)}</summary>")
+        elif b.kind == "endfold":
+            out.append("</details>")
         elif b.kind == "para":
             cls = f' class="{b.style}"' if b.style else ""
             label = {"warning": "Warning: ", "partial": "PARTIAL: "}.get(b.style, "")
@@ -271,18 +307,23 @@ def to_html(blocks: Sequence[Block], title: str) -> str:
                 )
             out.extend(
                 "<tr>"
-                + "".join(f"<td{c}>{_h(v)}</td>" for c, v in zip(cls, r, strict=True))
+                + "".join(f"<td{c or _short(v)}>{_h(v)}</td>" for c, v in zip(cls, r, strict=True))
                 + "</tr>"
                 for r in b.rows
             )
             out.append("</table></div>")
         elif b.kind == "figure":
+            run = _figure_run(blocks, i)
+            if run[0] == i and run[1] - run[0] > 1:
+                out.append('<div class="figs">')
             data = base64.b64encode(b.png).decode("ascii")
             out.append(
                 f'<figure id="{_h(b.name)}"><img alt="{_h(b.name)}" '
                 f'src="data:image/png;base64,{data}">'
                 f"<figcaption>{_h(b.text)}</figcaption></figure>"
             )
+            if run[1] - 1 == i and run[1] - run[0] > 1:
+                out.append("</div>")
         elif b.kind == "code":
             out.append(f"<pre>{_h(b.text)}</pre>")
     out += ["</body>", "</html>"]

@@ -15,7 +15,9 @@ from stepscale.analysis import figures
 from stepscale.analysis.headline import headline
 from stepscale.analysis.report.blocks import (
     Block,
+    end_fold,
     fig,
+    fold,
     folded,
     heading,
     para,
@@ -130,6 +132,24 @@ def _basis(a: StudyAnalysis, ds: xr.Dataset) -> str:
     )
 
 
+def fold_tables(blocks: Sequence[Block], keep: int = 0) -> list[Block]:
+    """``blocks`` with every table after the first ``keep`` folded away (``<details>``
+    titled by its caption): reference tables stay one click away, the page stays short."""
+    out: list[Block] = []
+    seen = 0
+    for b in blocks:
+        if b.kind == "table":
+            seen += 1
+            if seen > keep:
+                title = f"table: {b.text}" if b.text else f"table ({len(b.rows)} rows)"
+                if len(title) > 100:
+                    title = title[:99].rstrip() + "…"
+                out += [fold(title), b, end_fold()]
+                continue
+        out.append(b)
+    return out
+
+
 def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
     """The answer (analysis.headline), the η*(B) law when there is one, and the basis."""
     lines = headline(a).lines()
@@ -181,22 +201,22 @@ def document(
     blocks += [para(w, "warning") for w in a.warnings]
     blocks += [para(n, "note") for n in notes]
     blocks += [heading("Points"), points_table(a)]
-    blocks += fit_section(a)
-    blocks += health
+    blocks += fold_tables(fit_section(a), keep=1)
+    blocks += fold_tables(health)
     if set(pngs) - {first}:
         blocks.append(heading("Figures"))
         for name, png in pngs.items():
             if name != first:
                 blocks.append(fig(name, figures.FIGURES[name][2], png))
-    blocks += targets_section(a)
-    blocks += lr_section(a)
-    blocks += noise_section(a)
+    blocks += fold_tables(targets_section(a))
+    blocks += fold_tables(lr_section(a))
+    blocks += fold_tables(noise_section(a))
     blocks += course_sections(a, ds)
-    blocks += seeds_section(a)
+    blocks += fold_tables(seeds_section(a))
     blocks += ablation_section(a)
-    blocks += cheaper
-    blocks += _provenance_section(prov)
-    blocks += _files_section(a.batch_unit)
+    blocks += fold_tables(cheaper)
+    blocks += fold_tables(_provenance_section(prov))
+    blocks += fold_tables(_files_section(a.batch_unit))
     cfg = prov.get("config")
     if cfg is not None:
         blocks += [
