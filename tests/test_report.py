@@ -470,7 +470,7 @@ def test_html_tables_align_numbers_right_and_text_left() -> None:
     )
     assert numeric_columns(t.headers, t.rows) == (False, True, True, False)
     html = to_html([t, table(["", ""], [["command", "sweep run"]])], "t")
-    assert '<td class="n">1,650</td>' in html and "<td>well-posed</td>" in html
+    assert '<td class="n">1,650</td>' in html and '<td class="s">well-posed</td>' in html
     assert "<th></th>" not in html  # a table without headers has no empty header row
     assert html.count('<div class="tbl"><table>') == 2  # wide tables scroll, not overflow
     assert "|---|--:|--:|---|" in to_markdown([t])
