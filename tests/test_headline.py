@@ -5,6 +5,7 @@ tables and figures (no line drawn)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -32,6 +33,7 @@ from stepscale.analysis.headline import (
 )
 from stepscale.analysis.report import write_report
 from stepscale.analysis.report.sections import lr_law_text
+from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
 
 # The demo's η*(B) of issue 18: η* = 0.0028·B^0.715 on 3 batch sizes whose optima go up
 # then down, so α's 95% interval is [−6.3, 7.8] (a bump of 0.666 in log η* at the middle).
@@ -207,3 +209,49 @@ def test_the_answer_is_on_the_first_screen_in_chromium(demo: Path, tmp_path: Pat
     assert m["summary"]["bottom"] <= m["figure"]["top"] <= m["figure"]["bottom"] <= 1000
     assert m["height"] < HEIGHT_BEFORE / 2, m
     assert m["unfolded"] > m["height"]  # the folded parts are there, one click away
+
+
+# ------------------------------------------------------------------- comparison mode
+
+
+def report_cli(*argv: str) -> dict:
+    p = argparse.ArgumentParser(prog="sweep")
+    add_report_command(p.add_subparsers(dest="command", required=True))
+    return run_report(p.parse_args(["report", *argv]))
+
+
+def test_a_comparison_overlays_the_studies_by_name(demo: Path, tmp_path: Path) -> None:
+    other = make_run_dir(
+        tmp_path / "other", Spec(name="wider", b_crit=256.0, lr_multipliers=(0.5, 1.0, 2.0))
+    )
+    out = tmp_path / "cmp"
+    result = report_cli(str(demo), str(other), "--out", str(out))
+    assert result["studies"] == ["synthetic", "wider"]
+    for f in result["files"]:
+        assert (out / f).is_file(), f
+    data = json.loads((out / "comparison.json").read_text())
+    labels = [s["label"] for s in data["series"]]
+    assert labels == ["synthetic", "wider"]
+    synthetic, wider = data["series"]
+    assert synthetic["law_note"] and not synthetic["law_lr"]  # the demo's η*(B): not drawn
+    assert wider["fit_steps"] and not wider["fit_note"]  # a determined S(B): drawn
+    md = (out / "report.md").read_text()
+    assert "synthetic" in md and "wider" in md and NOT_DETERMINED in md
+    assert "B_crit at eval loss < 2 = 2" in md  # wider's B_crit ≈ 256 (3 figures: 25x)
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    report_cli(str(demo), str(other), "--out", str(out))
+    assert before == {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_bad_comparisons_are_input_errors_and_write_nothing(demo: Path, tmp_path: Path) -> None:
+    seq = make_run_dir(tmp_path / "seq", Spec(seq_lens=(32, 64), lr_multipliers=(0.5, 1.0, 2.0)))
+    out = tmp_path / "cmp"
+    with pytest.raises(ReportInputError, match="no batch-size axis"):
+        report_cli(str(demo), str(seq), "--out", str(out))
+    with pytest.raises(ReportInputError, match="needs --out DIR"):
+        report_cli(str(demo), str(demo))
+    with pytest.raises(ReportInputError, match="missing does not exist"):
+        report_cli(str(demo), str(tmp_path / "missing"), "--out", str(out))
+    with pytest.raises(ReportInputError, match="--out is for comparisons"):
+        report_cli(str(demo), "--out", str(out))
+    assert not out.exists()
