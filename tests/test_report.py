@@ -310,7 +310,7 @@ def test_the_parser_takes_repeated_targets() -> None:
     p = argparse.ArgumentParser(prog="sweep")
     add_report_command(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(["report", "runs/x", "--target", "2.5", "--target", "3"])
-    assert args.run_dir == "runs/x" and args.target == [2.5, 3.0]
+    assert args.run_dir == ["runs/x"] and args.target == [2.5, 3.0]
     assert p.parse_args(["report", "runs/x"]).target == []
 
 
