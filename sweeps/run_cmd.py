@@ -153,6 +153,11 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
         h = headline(analyze(load(run_dir)))
     except (RunDirError, ValueError) as exc:
         return None, [f"no answer computed: {exc}"]
+    except Exception as exc:  # the study finished: an analysis bug must not hide that
+        return None, [
+            f"no answer computed ({type(exc).__name__}: {exc}); "
+            f"`sweep report {shlex.quote(str(run_dir))}` shows what the analysis finds"
+        ]
     return h.to_dict(), h.lines()
 
 
