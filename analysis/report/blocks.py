@@ -104,8 +104,10 @@ def toc() -> Block:
 
 
 def _slug(text: str, taken: set[str]) -> str:
-    base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
-    slug, n = base, 2
+    """GitHub's anchor of a heading (lower case, punctuation dropped, spaces → "-", "-1"…
+    on repeats), so report.md's contents links work where GitHub renders it too."""
+    base = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-") or "section"
+    slug, n = base, 1
     while slug in taken:
         slug, n = f"{base}-{n}", n + 1
     taken.add(slug)
