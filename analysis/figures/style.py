@@ -52,6 +52,8 @@ RC: dict[str, Any] = {
     "figure.dpi": DPI,
     "savefig.dpi": DPI,
     "svg.hashsalt": "stepscale",
+    # SVG text stays text (editable, half the size, 3× faster to write than glyph paths).
+    "svg.fonttype": "none",
     "image.cmap": "viridis",
 }
 PALETTE = (
