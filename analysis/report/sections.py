@@ -309,6 +309,10 @@ def lr_section(a: StudyAnalysis) -> list[Block]:
     ]
 
 
+def _prefix(group: str) -> str:
+    return "" if group == "all" else f"{group}: "
+
+
 def lr_law_text(group: str, law: LRLaw, batch_sizes: Sequence[float] = ()) -> str:
     """The η*(B) law of one group in words; "not determined" (no value, no rule) when α's
     interval or the number of points does not determine it (analysis.headline)."""
@@ -318,7 +322,7 @@ def lr_law_text(group: str, law: LRLaw, batch_sizes: Sequence[float] = ()) -> st
     sat_det = saturating_determination(law, batch_sizes)
     if not det.determined:
         text = (
-            f"{group}: η*(B) = c·B^α: {NOT_DETERMINED} — {det.reason} (fitted on {below}, "
+            f"{_prefix(group)}η*(B) = c·B^α: {NOT_DETERMINED} — {det.reason} (fitted on {below}, "
             f"{law.n_points} batch sizes); read η* per batch size from the table."
         )
     else:
@@ -328,7 +332,7 @@ def lr_law_text(group: str, law: LRLaw, batch_sizes: Sequence[float] = ()) -> st
             for r in law.rules
         )
         text = (
-            f"{group}: η*(B) = {num(law.c)}·B^α with α = {num(law.alpha)} "
+            f"{_prefix(group)}η*(B) = {num(law.c)}·B^α with α = {num(law.alpha)} "
             f"{interval(law.alpha_ci)} fitted on {below} ({law.n_points} batch sizes); "
             f"closest rule: {law.closest_rule} ({rules})."
         )
