@@ -206,7 +206,7 @@ _CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto;
        max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { font-size: 1.6em; border-bottom: 2px solid #ddd; padding-bottom: .3em; }
-h2 { font-size: 1.25em; margin-top: 1.8em; border-bottom: 1px solid #eee; }
+h2 { font-size: 1.25em; margin: 1.3em 0 .5em; border-bottom: 1px solid #eee; }
 h3 { font-size: 1.05em; margin-top: 1.4em; }
 .tbl { overflow-x: auto; max-width: 100%; margin: .6em 0 1.2em; }
 table { border-collapse: collapse; font-size: .85em; }
