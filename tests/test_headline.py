@@ -31,7 +31,10 @@ from stepscale.analysis.headline import (
     scale_determination,
     sig,
 )
+from stepscale.analysis.health import health_checks
 from stepscale.analysis.report import write_report
+from stepscale.analysis.report.blocks import to_markdown
+from stepscale.analysis.report.page import document
 from stepscale.analysis.report.sections import lr_law_text
 from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
 
@@ -129,6 +132,17 @@ def test_a_wide_bcrit_is_not_determined_and_not_drawn(tmp_path: Path) -> None:
     labels = [ln.get_label() for ln in figures.draw("steps_vs_batch", rec).axes[0].get_lines()]
     assert not any("B_crit=" in lb for lb in labels)
     assert any(NOT_DETERMINED in lb for lb in labels)
+    # The report opens with the summary box: the answer ("not determined") and the health
+    # warnings (here: B_crit's interval).
+    checks = health_checks(a, ds, json.loads((run / "space.json").read_text()))
+    bad = [f"{c.name}: {c.message}" for c in checks if not c.ok]
+    assert bad
+    blocks = document(a, ds, {}, {}, (), (), bad)
+    box = next(b for b in blocks if b.kind == "summary")
+    assert blocks.index(box) == 1  # right after the title
+    lines, warns = box.rows
+    assert NOT_DETERMINED in lines[0] and set(bad) <= set(warns)
+    assert "**Warning:** " + bad[0] in to_markdown(blocks)
 
 
 def test_too_few_batch_sizes_are_not_determined(tmp_path: Path) -> None:
