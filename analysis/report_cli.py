@@ -1,4 +1,6 @@
-"""`sweep report RUN_DIR [--target L …]`: the report of a study, as files in RUN_DIR/report/.
+"""`sweep report RUN_DIR [--target L …]`: the report of a study, as files in RUN_DIR/report/;
+`sweep report RUN_A RUN_B … --out DIR`: a comparison of several studies in DIR
+(:mod:`analysis.compare`).
 
 The `sweep` entry point registers the command with :func:`add_report_command` and calls
 :func:`run_report`, which returns a small JSON-ready summary or raises
@@ -23,7 +25,8 @@ class ReportInputError(ValueError):
 
 
 def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``report`` (positional RUN_DIR, repeatable ``--target L``); returns its parser."""
+    """Register ``report`` (RUN_DIR…, ``--out DIR``, repeatable ``--target L``); returns its
+    parser."""
     p = subparsers.add_parser(
         "report",
         help="fits, figures and provenance of a study → RUN_DIR/report/",
@@ -32,10 +35,23 @@ def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
             "and critical batch size (also at other --target losses, from the stored "
             "curves), optimal LR vs batch size, noise scale, ablation tables; writes "
             "index.html, report.md, fits.json, results.nc, steps_to_target.csv, "
-            "provenance.json and figures/*.png into RUN_DIR/report/."
+            "provenance.json and figures/*.png|svg into RUN_DIR/report/. With several run "
+            "dirs and --out DIR: one comparison page overlaying their S(B) and η*(B)."
         ),
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="the study's run directory")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        nargs="+",
+        help="the study's run directory; two or more: a comparison of their S(B) and η*(B) "
+        "(needs --out)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where a comparison of several run dirs is written (index.html, report.md, "
+        "comparison.json, figures/); required with two or more RUN_DIRs",
+    )
     p.add_argument(
         "--target",
         type=float,
@@ -48,15 +64,35 @@ def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_report(args: argparse.Namespace) -> dict[str, Any]:
-    """Write the report of ``args.run_dir``; return {report_dir, files, figures, partial, …}."""
+    """Write the report of ``args.run_dir`` (or the comparison of several into ``args.out``);
+    return {report_dir, files, …}."""
     targets = list(getattr(args, "target", None) or [])
     bad = [t for t in targets if not math.isfinite(t)]
     if bad:
         raise ReportInputError(f"--target must be a finite number, got {bad[0]}")
+    run_dirs = args.run_dir if isinstance(args.run_dir, list) else [args.run_dir]
+    out = getattr(args, "out", None)
+    if len(run_dirs) > 1:
+        if not out:
+            raise ReportInputError(
+                f"report: {len(run_dirs)} run dirs make a comparison, which needs --out DIR "
+                "(where to write it; each run dir's own report stays in RUN_DIR/report/)"
+            )
+        from stepscale.analysis.compare import CompareInputError, write_comparison
+
+        try:
+            return write_comparison(run_dirs, out, targets)
+        except (RunDirError, CompareInputError) as exc:
+            raise ReportInputError(f"report: {exc}") from None
+    if out:
+        raise ReportInputError(
+            "report: --out is for comparisons of two or more run dirs; one study's report is "
+            f"written into {run_dirs[0]}/report/"
+        )
     from stepscale.analysis.report import write_report  # heavy (xarray, matplotlib): only when run
 
     try:
-        result = write_report(args.run_dir, targets)
+        result = write_report(run_dirs[0], targets)
     except RunDirError as exc:
         raise ReportInputError(f"report: {exc}") from None
     return result.to_dict()

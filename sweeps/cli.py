@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     run.add_argument("--json", action="store_true", help="machine-readable output")
     run.add_argument(
+        "--report",
+        action="store_true",
+        help="at the end, also write the report (as `sweep report RUN_DIR` would) and print "
+        "where its index.html is",
+    )
+    run.add_argument(
         "--detach",
         action="store_true",
         help="launcher=slurm: run the orchestrator as a small SLURM job and return at once",
@@ -105,6 +111,7 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             as_json=args.json,
             argv=argv,
             detach=args.detach,
+            report=args.report,
         )
     if args.command == "status":
         from stepscale.sweeps.status_cmd import print_status

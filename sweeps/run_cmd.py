@@ -1,4 +1,5 @@
-"""`sweep run conf=NAME [overrides] [--dry-run] [--cfg] [--json]`: run, resume or extend a study.
+"""`sweep run conf=NAME [overrides] [--dry-run] [--cfg] [--json] [--report]`: run, resume or
+extend a study; it ends with the study's answer and the `sweep report` command.
 
 Everything is validated before anything launches: the space, the sampler and pruner,
 every point's trainer config (at the ends of the nuisance ranges), the storage, the run
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,11 @@ def run_study(
     as_json: bool,
     argv: list[str],
     detach: bool = False,
+    report: bool = False,
 ) -> int:
-    """The `sweep run` command; returns the exit code."""
+    """The `sweep run` command; returns the exit code. At its end it prints the study's
+    answer (analysis.headline) and the `sweep report` command; ``report`` renders the
+    report at once."""
     raw, cfg, choices = prepare_study(overrides, config_dir)
     if print_cfg:
         print(redact(OmegaConf.to_yaml(raw)), end="")
@@ -53,6 +58,11 @@ def run_study(
             f"conf={choices['conf']} is a training preset (no scientific, nuisance or fixed "
             f"parameters): train it with `sweep train conf={choices['conf']}`, or add the "
             "parameters a study compares (scientific.*) and tunes (nuisance.*)"
+        )
+    if report and detach:
+        raise UsageError(
+            "--report renders the report when the study ends, which --detach does not wait "
+            "for: run `sweep report RUN_DIR` once `sweep status RUN_DIR` shows it finished"
         )
     check_study(cfg)
     check_launch(cfg, detach=detach)
@@ -114,8 +124,56 @@ def run_study(
         return 0
     summary = _summary(stats, run_dir)
     print(f"run dir: {run_dir}", file=sys.stderr)
-    print(json.dumps(summary, indent=2, sort_keys=True) if as_json else _summary_text(summary))
-    return 0
+    answer, lines = _answer(run_dir)
+    command = f"sweep report {shlex.quote(str(run_dir))}"
+    written = _render_report(run_dir) if report else None
+    if as_json:
+        summary |= {"headline": answer, "report_command": command}
+        if written is not None:
+            summary["report"] = written
+        print(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        print(_summary_text(summary))
+        print("answer:")
+        print("\n".join(f"  {line}" for line in lines))
+        if written is not None:
+            print(f"report: {written} (open it in a browser)")
+        else:
+            print(f"report: {command}")
+    return 0 if not report or written is not None else 1
+
+
+def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The study's headline (analysis.headline) as JSON and as text lines; a study the
+    analysis cannot read gives None and the reason."""
+    from stepscale.analysis.analyze import analyze  # heavy (xarray, scipy): only at the end
+    from stepscale.analysis.headline import headline
+    from stepscale.analysis.load import RunDirError, load
+
+    try:
+        h = headline(analyze(load(run_dir)))
+    except (RunDirError, ValueError) as exc:
+        return None, [f"no answer computed: {exc}"]
+    except Exception as exc:  # the study finished: an analysis bug must not hide that
+        return None, [
+            f"no answer computed ({type(exc).__name__}: {exc}); "
+            f"`sweep report {shlex.quote(str(run_dir))}` shows what the analysis finds"
+        ]
+    return h.to_dict(), h.lines()
+
+
+def _render_report(run_dir: Path) -> str | None:
+    """`sweep report RUN_DIR` at once (`sweep run --report`): the path of index.html, or
+    None after saying on stderr why it could not be written."""
+    from stepscale.analysis.load import RunDirError
+    from stepscale.analysis.report import write_report
+
+    try:
+        result = write_report(run_dir)
+    except RunDirError as exc:
+        print(f"sweep: the report was not written: {exc}", file=sys.stderr)
+        return None
+    return str(result.report_dir / "index.html")
 
 
 def run_orchestrator(args: list[str]) -> int:

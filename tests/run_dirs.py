@@ -44,6 +44,7 @@ class Spec:
     objective: str = "steps_to_target"
     lr0: float = 1e-3
     lr_alpha: float = 0.5
+    lr_factors: dict[int, float] = field(default_factory=dict)  # η*(B) × factor, per batch size
     lr_multipliers: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 16.0)
     diverge_above: float = 8.0
     horizon: int = 6000
@@ -197,7 +198,7 @@ def _write_trial(
     tdir = root / "trials" / pt.label / str(number)
     tdir.mkdir(parents=True)
     horizon = spec.horizons.get(pt.batch, spec.horizon)
-    lr_opt = spec.lr0 * (pt.batch / 16) ** spec.lr_alpha
+    lr_opt = spec.lr0 * (pt.batch / 16) ** spec.lr_alpha * spec.lr_factors.get(pt.batch, 1.0)
     lr = lr_opt * mult
     m = 1.0 + KAPPA * math.log(mult) ** 2
     if spec.jitter:

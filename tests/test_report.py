@@ -72,8 +72,12 @@ def test_every_file_is_written(known: tuple[Path, dict, dict[str, bytes]]) -> No
     assert summary["report_dir"] == str(run / "report") and summary["partial"] is False
     for name in FILES:
         assert name in files, name
-    pngs = [f for f in files if f.startswith("figures/")]
+    pngs = [f for f in files if f.startswith("figures/") and f.endswith(".png")]
     assert len(pngs) >= 8 and all(files[f].startswith(b"\x89PNG") for f in pngs)
+    svgs = [f for f in files if f.startswith("figures/") and f.endswith(".svg")]
+    assert sorted(svgs) == sorted(f[: -len(".png")] + ".svg" for f in pngs)
+    assert all(files[f].lstrip().startswith(b"<?xml") and b"<svg" in files[f] for f in svgs)
+    assert set(summary["files"]) == set(files) - {f for f in files if f.startswith(".")}
     html = files["index.html"].decode()
     assert html.count('src="data:image/png;base64,') == len(pngs)
     assert "<style>" in html and not re.search(r"""(src|href)=["']?(https?:)?//""", html)
@@ -312,7 +316,7 @@ def test_the_parser_takes_repeated_targets() -> None:
     p = argparse.ArgumentParser(prog="sweep")
     add_report_command(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(["report", "runs/x", "--target", "2.5", "--target", "3"])
-    assert args.run_dir == "runs/x" and args.target == [2.5, 3.0]
+    assert args.run_dir == ["runs/x"] and args.target == [2.5, 3.0]
     assert p.parse_args(["report", "runs/x"]).target == []
 
 
@@ -472,7 +476,7 @@ def test_html_tables_align_numbers_right_and_text_left() -> None:
     )
     assert numeric_columns(t.headers, t.rows) == (False, True, True, False)
     html = to_html([t, table(["", ""], [["command", "sweep run"]])], "t")
-    assert '<td class="n">1,650</td>' in html and "<td>well-posed</td>" in html
+    assert '<td class="n">1,650</td>' in html and '<td class="s">well-posed</td>' in html
     assert "<th></th>" not in html  # a table without headers has no empty header row
     assert html.count('<div class="tbl"><table>') == 2  # wide tables scroll, not overflow
     assert "|---|--:|--:|---|" in to_markdown([t])

@@ -131,10 +131,12 @@ def draw(name: str, record: Any) -> Any:
 
 
 def render(records: dict[str, Any], outdir: Path) -> dict[str, bytes]:
-    """Draw and write every record as ``outdir/<name>.png``; returns name → PNG bytes."""
+    """Draw and write every record as ``outdir/<name>.png`` and ``outdir/<name>.svg``;
+    returns name → PNG bytes."""
     outdir.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, rec in records.items():
         fig = draw(name, rec)
         out[name] = style.save_png(fig, outdir / f"{name}.png")
+        style.save_svg(fig, outdir / f"{name}.svg")
     return out

@@ -13,6 +13,11 @@ import xarray as xr
 
 from stepscale.analysis.analyze import usable_objective
 from stepscale.analysis.figures import style
+from stepscale.analysis.headline import (
+    NOT_DETERMINED,
+    lr_law_determination,
+    saturating_determination,
+)
 from stepscale.analysis.load import FINAL_STATES
 from stepscale.analysis.study import StudyAnalysis
 
@@ -249,6 +254,8 @@ class LRLawSeries:
     alpha_ci: tuple[float, float]
     b_max: float | None
     saturating: tuple[float, float] | None  # (eps_max, b_noise)
+    # "" when α is determined, else why not (analysis.headline): the law is not drawn.
+    not_determined: str = ""
 
 
 @dataclass(frozen=True)
@@ -270,7 +277,8 @@ def lr_law(a: StudyAnalysis, ds: xr.Dataset) -> LRLawFigure | None:
             continue
         law = g.lr_law
         sat = None
-        if law is not None and law.saturating is not None and law.saturating.identified:
+        if law is not None and saturating_determination(law, o.batch_sizes).determined:
+            assert law.saturating is not None
             sat = (law.saturating.eps_max, law.saturating.b_noise)
         series.append(
             LRLawSeries(
@@ -283,6 +291,7 @@ def lr_law(a: StudyAnalysis, ds: xr.Dataset) -> LRLawFigure | None:
                 law.alpha_ci if law else (math.nan, math.nan),
                 law.b_max if law else None,
                 sat,
+                lr_law_determination(law).reason if law else "",
             )
         )
     if not series:
@@ -306,7 +315,9 @@ def draw_lr_law(rec: LRLawFigure) -> Any:
         if edge.any():
             ax.plot(b[edge], lr[edge], "o", mfc="none", color=c, label=f"{name}η* at range edge")
         grid = np.geomspace(b.min() / 1.3, b.max() * 1.3, 100)
-        if math.isfinite(s.alpha):
+        if s.not_determined:  # labelled, never drawn as a result
+            ax.plot([], [], " ", label=f"{name}η*(B) = c·B^α: {NOT_DETERMINED}")
+        elif math.isfinite(s.alpha):
             inside = grid <= (s.b_max if s.b_max is not None else np.inf)
             pred = s.c * grid**s.alpha
             lo, hi = s.alpha_ci

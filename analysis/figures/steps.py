@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis.figures import style
+from stepscale.analysis.headline import NOT_DETERMINED, steps_fit_determination
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = [
@@ -42,6 +43,8 @@ class FitLine:
     b_crit_ci: tuple[float, float]
     grid: tuple[float, ...]
     fitted: tuple[float, ...]
+    # "" when B_crit is determined, else why not (analysis.headline): no line is drawn.
+    not_determined: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ def steps_vs_batch(a: StudyAnalysis, ds: xr.Dataset) -> StepsVsBatch | None:
                 fit.b_crit_ci,
                 tuple(grid.tolist()),
                 tuple(fit.predict(grid).tolist()),
+                steps_fit_determination(fit).reason,
             )
         sb: list[float] = []
         lo: list[float] = []
@@ -154,13 +158,16 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
         f = s.fit
         if f is None:
             continue
+        if f.not_determined:  # labelled, never drawn as a result
+            ax.plot([], [], " ", label=f"{name}S(B) fit: {NOT_DETERMINED} ({f.not_determined})")
+            continue
         ax.plot(
             f.grid,
             f.fitted,
             "-",
             color=c,
             lw=1.4,
-            label=f"{name}fit: S_min={f.s_min:.4g}, B_crit={f.b_crit:.4g}",
+            label=f"{name}fit: S_min={f.s_min:.3g}, B_crit={f.b_crit:.3g}",
         )
         grid = np.asarray(f.grid)
         ax.plot(
@@ -230,6 +237,9 @@ def draw_tradeoff(rec: Tradeoff) -> Any:
             )
         f = rec.fits[i]
         if f is None:
+            continue
+        if f.not_determined:
+            ax.plot([], [], " ", label=f"{name}S(B) fit: {NOT_DETERMINED}")
             continue
         grid = np.asarray(f.grid)
         fitted = np.asarray(f.fitted)

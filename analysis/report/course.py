@@ -29,7 +29,7 @@ def course_sections(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
     return [*ramp_section(a, ds), *spikes_section(ds), *branch_section(a, ds)]
 
 
-def _estimate(e: Estimate | None, digits: int = 4) -> str:
+def _estimate(e: Estimate | None, digits: int = 3) -> str:
     if e is None:
         return "—"
     if not (math.isfinite(e.lo) and math.isfinite(e.hi)):

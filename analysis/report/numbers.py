@@ -1,4 +1,8 @@
-"""How the report writes numbers: significant digits, intervals, integers, batch sizes."""
+"""How the report writes numbers: significant digits, intervals, integers, batch sizes.
+
+Measured and fitted numbers get 3 significant figures (:func:`num`, the one helper,
+:func:`stepscale.analysis.headline.sig`); counts of steps and trials are exact integers;
+batch sizes are labels, written in full."""
 
 from __future__ import annotations
 
@@ -8,20 +12,23 @@ from typing import Any
 
 import numpy as np
 
+from stepscale.analysis.headline import sig
+
 
 def is_finite(x: Any) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and math.isfinite(float(x))
 
 
-def num(x: Any, digits: int = 4) -> str:
-    return f"{float(x):.{digits}g}" if is_finite(x) else "—"
+def num(x: Any, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant figures, "—" when not a finite number."""
+    return sig(x, digits) if is_finite(x) else "—"
 
 
 def integer(x: Any) -> str:
     return f"{float(x):,.0f}" if is_finite(x) else "—"
 
 
-def interval(ci: Sequence[float], digits: int = 4) -> str:
+def interval(ci: Sequence[float], digits: int = 3) -> str:
     return f"[{num(ci[0], digits)}, {num(ci[1], digits)}]" if all(is_finite(c) for c in ci) else "—"
 
 

@@ -12,19 +12,24 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis import figures
+from stepscale.analysis.headline import headline
 from stepscale.analysis.report.blocks import (
     Block,
-    code,
+    end_fold,
     fig,
+    fold,
+    folded,
     heading,
     para,
+    summary_box,
     table,
+    toc,
 )
 from stepscale.analysis.report.course import course_sections
-from stepscale.analysis.report.numbers import interval, num
 from stepscale.analysis.report.sections import (
     ablation_section,
     fit_section,
+    lr_law_text,
     lr_section,
     noise_section,
     points_table,
@@ -35,6 +40,9 @@ from stepscale.analysis.report.tables import (
     csv_columns,
 )
 from stepscale.analysis.study import StudyAnalysis
+
+# Shown right after the summary box (when the study has it).
+FIRST_FIGURE = "steps_vs_batch"
 
 
 def _commit(git: Mapping[str, Any]) -> str:
@@ -105,7 +113,8 @@ def _files_section(batch_unit: str) -> list[Block]:
     ]
 
 
-def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
+def _basis(a: StudyAnalysis, ds: xr.Dataset) -> str:
+    """What the study rests on: objective, target, points and trials by state."""
     states = ds["state"].values
     uniq, counts = np.unique(states, return_counts=True)
     by_state = ", ".join(f"{k} {v}" for k, v in zip(uniq.tolist(), counts.tolist(), strict=True))
@@ -116,24 +125,39 @@ def _summary(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
             f" (automatic targets {', '.join(f'{t:g}' for t in sorted(a.dropped))} dropped: "
             f"S(B) not well-posed there)"
         )
-    out = [
-        para(
-            f"Objective: {a.objective_kind or '—'}; target eval loss {tgt}; "
-            f"{len(a.points)} points, {ds.sizes['trial']} trials ({by_state}). "
-            f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}{dropped}."
-        )
-    ]
-    for g in a.groups:
-        f = g.fit_at(a.target)
-        if f is not None:
-            out.append(
-                para(
-                    f"{'' if g.group == 'all' else g.group + ': '}B_crit = {num(f.b_crit)} "
-                    f"{interval(f.b_crit_ci)} {a.batch_unit}, S_min = {num(f.s_min)} steps, E_min = "
-                    f"{num(f.e_min)} {a.batch_unit} at eval loss < {a.target:g}."
-                )
-            )
+    return (
+        f"Objective: {a.objective_kind or '—'}; target eval loss {tgt}; "
+        f"{len(a.points)} points, {ds.sizes['trial']} trials ({by_state}). "
+        f"Targets analysed: {', '.join(f'{t:g}' for t in a.targets) or 'none'}{dropped}."
+    )
+
+
+def fold_tables(blocks: Sequence[Block], keep: int = 0) -> list[Block]:
+    """``blocks`` with every table after the first ``keep`` folded away (``<details>``
+    titled by its caption): reference tables stay one click away, the page stays short."""
+    out: list[Block] = []
+    seen = 0
+    for b in blocks:
+        if b.kind == "table":
+            seen += 1
+            if seen > keep:
+                title = f"table: {b.text}" if b.text else f"table ({len(b.rows)} rows)"
+                if len(title) > 100:
+                    title = title[:99].rstrip() + "…"
+                out += [fold(title), b, end_fold()]
+                continue
+        out.append(b)
     return out
+
+
+def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
+    """The answer (analysis.headline), the η*(B) law when there is one, and the basis."""
+    lines = headline(a).lines()
+    for g in a.groups:
+        if g.lr_law is not None and g.optimal_lr is not None:
+            lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
+    lines.append(_basis(a, ds))
+    return lines
 
 
 def document(
@@ -143,9 +167,12 @@ def document(
     pngs: Mapping[str, bytes],
     health: Sequence[Block] = (),
     cheaper: Sequence[Block] = (),
+    health_warnings: Sequence[str] = (),
 ) -> list[Block]:
-    """Every block of the report, in order; ``health`` (the health checks) follows the S(B)
-    fit, ``cheaper`` (replay, adaptive batch sizes, transfer) the ablation."""
+    """Every block of the report, in order: the summary box (the answer, what it rests on,
+    ``health_warnings``) and at once the S(B) figure, the contents, then every section;
+    ``health`` (the health checks) follows the S(B) fit, ``cheaper`` (replay, adaptive
+    batch sizes, transfer) the ablation; the composed config comes last, folded."""
     blocks = [heading(f"Study {a.study}: scaling report", 1)]
     if a.partial:
         n_run = int(ds.attrs.get("n_running", 0))
@@ -160,28 +187,40 @@ def document(
                 "partial",
             )
         )
-    blocks += _summary(a, ds)
-    for w in a.warnings:
-        blocks.append(para(w, "warning"))
-    for n in [*a.notes, *(n for g in a.groups for n in g.notes)]:
-        blocks.append(para(n, "note"))
+    warns = [*health_warnings]
+    for g in headline(a).groups:
+        warns += [w for w in g.warnings if w not in warns]
+    blocks.append(summary_box("Answer", summary_lines(a, ds), warns))
+    first = FIRST_FIGURE if FIRST_FIGURE in pngs else None
+    if first is not None:
+        blocks.append(fig(first, figures.FIGURES[first][2], pngs[first]))
+    blocks.append(toc())
+    notes = [*a.notes, *(n for g in a.groups for n in g.notes)]
+    if a.warnings or notes:
+        blocks.append(heading("Notes and warnings"))
+    blocks += [para(w, "warning") for w in a.warnings]
+    blocks += [para(n, "note") for n in notes]
     blocks += [heading("Points"), points_table(a)]
-    blocks += fit_section(a)
-    blocks += health
-    if pngs:
+    blocks += fold_tables(fit_section(a), keep=1)
+    blocks += fold_tables(health)
+    if set(pngs) - {first}:
         blocks.append(heading("Figures"))
         for name, png in pngs.items():
-            blocks.append(fig(name, figures.FIGURES[name][2], png))
-    blocks += targets_section(a)
-    blocks += lr_section(a)
-    blocks += noise_section(a)
+            if name != first:
+                blocks.append(fig(name, figures.FIGURES[name][2], png))
+    blocks += fold_tables(targets_section(a))
+    blocks += fold_tables(lr_section(a))
+    blocks += fold_tables(noise_section(a))
     blocks += course_sections(a, ds)
-    blocks += seeds_section(a)
+    blocks += fold_tables(seeds_section(a))
     blocks += ablation_section(a)
-    blocks += cheaper
-    blocks += _provenance_section(prov)
-    blocks += _files_section(a.batch_unit)
+    blocks += fold_tables(cheaper)
+    blocks += fold_tables(_provenance_section(prov))
+    blocks += fold_tables(_files_section(a.batch_unit))
     cfg = prov.get("config")
     if cfg is not None:
-        blocks += [heading("Composed config", 3), code(json.dumps(cfg, indent=2, sort_keys=True))]
+        blocks += [
+            heading("Composed config"),
+            folded("the composed config (JSON)", json.dumps(cfg, indent=2, sort_keys=True)),
+        ]
     return blocks

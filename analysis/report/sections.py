@@ -4,8 +4,16 @@ gradient noise scale, the spread over seeds, ablations."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from stepscale.analysis.analyze import DROPPED
+from stepscale.analysis.fits.lr import LRLaw
+from stepscale.analysis.headline import (
+    NOT_DETERMINED,
+    lr_law_determination,
+    saturating_determination,
+    steps_fit_determination,
+)
 from stepscale.analysis.report.blocks import (
     Block,
     heading,
@@ -62,12 +70,12 @@ def points_table(a: StudyAnalysis) -> Block:
                 integer(p.examples_to_target),
                 integer(p.tokens_to_target),
                 num(p.flops_to_target, 3),
-                num(p.wall_s_to_target, 4),
-                num(p.best_objective, 5),
-                num(p.best_eval_loss, 5),
+                num(p.wall_s_to_target),
+                num(p.best_objective),
+                num(p.best_eval_loss),
                 integer(p.steps_spent),
                 num(p.flops_spent, 3),
-                num(p.wall_s_spent, 4),
+                num(p.wall_s_spent),
             ]
         )
     return table(
@@ -119,12 +127,13 @@ def fit_section(a: StudyAnalysis) -> list[Block]:
                 ]
             )
             continue
+        det = steps_fit_determination(f)
         rows.append(
             [
                 g.group,
                 f"{num(f.s_min)} {interval(f.s_min_ci)}",
                 f"{num(f.e_min)} {interval(f.e_min_ci)}",
-                f"{num(f.b_crit)} {interval(f.b_crit_ci)}",
+                f"{num(f.b_crit)} {interval(f.b_crit_ci)}" if det.determined else det.label,
                 f"{num(f.cbs)} (r={num(f.overhead)}, B0={batch_text(f.reference_batch)})",
                 num(f.perfect_scaling_max_batch),
                 num(f.max_parallelism_min_batch),
@@ -186,7 +195,7 @@ def targets_section(a: StudyAnalysis) -> list[Block]:
                         g.group,
                         num(t),
                         target_kind(a, t),
-                        num(f.b_crit),
+                        num(f.b_crit) if steps_fit_determination(f).determined else NOT_DETERMINED,
                         interval(f.b_crit_ci),
                         num(f.s_min),
                         str(f.n_points),
@@ -271,31 +280,12 @@ def lr_section(a: StudyAnalysis) -> list[Block]:
                     o.method[i],
                     "yes" if o.at_edge[i] else "no",
                     num(o.best_lr[i]),
-                    num(o.objective_opt[i], 5),
+                    num(o.objective_opt[i]),
                     str(o.n_trials[i]),
                 ]
             )
-        law = g.lr_law
-        if law is not None:
-            rules = "; ".join(
-                f"{r.name} rule α={num(r.alpha, 2)}: {'inside' if r.inside_ci else 'outside'} "
-                f"the interval"
-                for r in law.rules
-            )
-            below = "all batch sizes" if law.b_max is None else f"B ≤ {num(law.b_max)}"
-            sat = ""
-            if law.saturating is not None and law.saturating.identified:
-                sat = (
-                    f" Saturating form ε_max/(1 + B_noise/B): ε_max = "
-                    f"{num(law.saturating.eps_max)}, B_noise = {num(law.saturating.b_noise)}."
-                )
-            laws.append(
-                para(
-                    f"{g.group}: η*(B) = {num(law.c)}·B^α with α = {num(law.alpha, 3)} "
-                    f"{interval(law.alpha_ci, 3)} fitted on {below} ({law.n_points} batch sizes); "
-                    f"closest rule: {law.closest_rule} ({rules}).{sat}"
-                )
-            )
+        if g.lr_law is not None:
+            laws.append(para(lr_law_text(g.group, g.lr_law, o.batch_sizes)))
     if not rows:
         return []
     return [
@@ -317,6 +307,44 @@ def lr_section(a: StudyAnalysis) -> list[Block]:
         ),
         *laws,
     ]
+
+
+def _prefix(group: str) -> str:
+    return "" if group == "all" else f"{group}: "
+
+
+def lr_law_text(group: str, law: LRLaw, batch_sizes: Sequence[float] = ()) -> str:
+    """The η*(B) law of one group in words; "not determined" (no value, no rule) when α's
+    interval or the number of points does not determine it (analysis.headline)."""
+    below = "all batch sizes" if law.b_max is None else f"B ≤ {num(law.b_max)}"
+    det = lr_law_determination(law)
+    sat = law.saturating
+    sat_det = saturating_determination(law, batch_sizes)
+    if not det.determined:
+        text = (
+            f"{_prefix(group)}η*(B) = c·B^α: {NOT_DETERMINED} — {det.reason} (fitted on {below}, "
+            f"{law.n_points} batch sizes); read η* per batch size from the table."
+        )
+    else:
+        rules = "; ".join(
+            f"{r.name} rule α={num(r.alpha, 2)}: {'inside' if r.inside_ci else 'outside'} "
+            f"the interval"
+            for r in law.rules
+        )
+        text = (
+            f"{_prefix(group)}η*(B) = {num(law.c)}·B^α with α = {num(law.alpha)} "
+            f"{interval(law.alpha_ci)} fitted on {below} ({law.n_points} batch sizes); "
+            f"closest rule: {law.closest_rule} ({rules})."
+        )
+    if sat is not None and sat.identified:
+        if sat_det.determined:
+            text += (
+                f" Saturating form ε_max/(1 + B_noise/B): ε_max = {num(sat.eps_max)}, "
+                f"B_noise = {num(sat.b_noise)}."
+            )
+        else:
+            text += f" Saturating form ε_max/(1 + B_noise/B): {NOT_DETERMINED} ({sat_det.reason})."
+    return text
 
 
 def noise_section(a: StudyAnalysis) -> list[Block]:
@@ -405,7 +433,7 @@ def ablation_section(a: StudyAnalysis) -> list[Block]:
     for row in abl.rows:
         title = "all" if math.isnan(row.batch) else f"batch size {batch_text(row.batch)}"
         rows = [
-            [v.variant, str(v.n_trials), num(v.best, 5), interval(v.ci, 5), v.best_trial or "—"]
+            [v.variant, str(v.n_trials), num(v.best), interval(v.ci), v.best_trial or "—"]
             for v in row.variants
         ]
         out.append(

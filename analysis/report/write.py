@@ -16,7 +16,11 @@ JSON keys, repr floats, fixed bootstrap seeds, deterministic PNGs):
 - ``replay.json``: the study replayed under cheaper protocols (:mod:`analysis.replay`, as
   `sweep replay` prints it) and the health checks (:mod:`analysis.health`, also in
   ``fits.json``);
-- ``figures/<name>.png``.
+- ``figures/<name>.png`` and ``figures/<name>.svg`` (the same figure as a vector file).
+
+The page opens with a summary box (the answer of :mod:`analysis.headline`, what it rests
+on, health warnings) and at once the S(B) figure, then a table of contents; the composed
+config is folded away at the end (docs/report.md).
 
 A study with running trials, or whose run.json has no end time, gives a partial report,
 marked as such at the top of every human-readable file and by ``"partial": true``.
@@ -163,7 +167,7 @@ def write_report(
         "steps_to_target.csv",
         "provenance.json",
         "replay.json",
-        *(f"figures/{n}.png" for n in pngs),
+        *(f"figures/{n}.{ext}" for n in pngs for ext in ("png", "svg")),
     )
     return ReportResult(out, files, tuple(pngs), a.partial, int(ds.sizes["trial"]), a.targets)
 
@@ -222,7 +226,8 @@ def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
         *adaptive_section(read_json(root / ADAPTIVE_JSON, lenient=True)),
         *transfer_section(read_json(root / TRANSFER_JSON, lenient=True)),
     ]
-    blocks = document(a, ds, prov, pngs, health_section(checks), cheaper)
+    warns = [f"{c.name}: {c.message}" for c in checks if not c.ok]
+    blocks = document(a, ds, prov, pngs, health_section(checks), cheaper, warns)
     blocks = [_redact_block(b) for b in blocks]
     write_text_atomic(out / "report.md", to_markdown(blocks))
     write_text_atomic(out / "index.html", to_html(blocks, redact(f"{a.study}: stepscale report")))

@@ -1,0 +1,278 @@
+"""`sweep report RUN_A RUN_B … --out DIR`: several studies side by side.
+
+S(B) (steps to each study's target vs batch size) and η*(B) (optimal LR vs batch size) of
+every study are overlaid, each series labelled by study name (and group when a study has
+several); a table gives each study's answer (analysis.headline). Fits that are not
+determined are labelled so and drawn without a line. Every study needs a batch-size axis
+and all must count batch sizes in the same unit (else :class:`CompareInputError`, exit 2,
+nothing written). Written into ``DIR``: index.html, report.md, comparison.json and
+figures/{steps_vs_batch,lr_vs_batch}.{png,svg}; the same run dirs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from stepscale.analysis.analyze import analyze
+from stepscale.analysis.fits.arrays import jsonable
+from stepscale.analysis.headline import (
+    NOT_DETERMINED,
+    headline,
+    lr_law_determination,
+    sig,
+    steps_fit_determination,
+)
+from stepscale.analysis.load import load
+from stepscale.analysis.study import StudyAnalysis
+
+__all__ = [
+    "CompareInputError",
+    "ComparedSeries",
+    "Comparison",
+    "comparison",
+    "draw_lr",
+    "draw_steps",
+    "write_comparison",
+]
+
+
+class CompareInputError(ValueError):
+    """Run dirs that cannot be compared (no batch axis, different batch units, too few)."""
+
+
+@dataclass(frozen=True)
+class ComparedSeries:
+    """One study (one group of it): S(B) and η*(B), with its fits when determined."""
+
+    label: str
+    target: float | None
+    batch: tuple[float, ...]
+    steps: tuple[float, ...]
+    fit_grid: tuple[float, ...]
+    fit_steps: tuple[float, ...]  # empty when the S(B) fit is not determined or absent
+    fit_note: str  # "" when drawn; else why not
+    lr_batch: tuple[float, ...]
+    lr_opt: tuple[float, ...]
+    law_grid: tuple[float, ...]
+    law_lr: tuple[float, ...]  # empty when η*(B) is not determined or absent
+    law_note: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The overlay of several studies; ``rows`` is the table of their answers."""
+
+    batch_unit: str
+    series: tuple[ComparedSeries, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (comparison.json)."""
+        return {
+            "batch_unit": self.batch_unit,
+            "series": [jsonable(s.__dict__) for s in self.series],
+            "answers": [list(r) for r in self.rows],
+        }
+
+
+def _grid(values: Sequence[float]) -> np.ndarray:
+    v = [x for x in values if math.isfinite(x) and x > 0]
+    return np.geomspace(min(v) / 1.3, max(v) * 1.3, 120) if v else np.array([])
+
+
+def comparison(studies: Sequence[tuple[str, StudyAnalysis]]) -> Comparison:
+    """The comparison record of ``(label, analysis)`` pairs (pure; see the module docstring)."""
+    if len(studies) < 2:
+        raise CompareInputError("a comparison needs at least two run dirs")
+    for label, a in studies:
+        if a.axes.batch is None:
+            raise CompareInputError(
+                f"{label} has no batch-size axis (a scientific parameter with path "
+                "data.global_batch, or quantity: batch_size): S(B) and η*(B) cannot be "
+                "overlaid; compare batch-size studies only"
+            )
+    units = {a.batch_unit for _, a in studies}
+    if len(units) > 1:
+        raise CompareInputError(
+            "the studies count batch sizes in different units ("
+            + ", ".join(f"{label}: {a.batch_unit}" for label, a in studies)
+            + "): their S(B) cannot share an axis"
+        )
+    series: list[ComparedSeries] = []
+    rows: list[tuple[str, ...]] = []
+    for label, a in studies:
+        h = headline(a)
+        for g, gh in zip(a.groups, h.groups, strict=True):
+            name = label if g.group == "all" else f"{label}: {g.group}"
+            res = g.result
+            batch = res.batch_sizes if res is not None else ()
+            steps = res.steps if res is not None else ()
+            fit = g.fit_at(a.target)
+            grid = _grid(batch)
+            fit_steps: tuple[float, ...] = ()
+            fit_note = "no S(B) fit"
+            if fit is not None:
+                det = steps_fit_determination(fit)
+                fit_note = "" if det.determined else det.reason
+                if det.determined:
+                    fit_steps = tuple(fit.predict(grid).tolist())
+            o, law = g.optimal_lr, g.lr_law
+            lr_b = o.batch_sizes if o is not None else ()
+            lr_grid = _grid(lr_b)
+            law_lr: tuple[float, ...] = ()
+            law_note = "no η*(B) law"
+            law_text = "—"
+            if law is not None:
+                det = lr_law_determination(law)
+                law_note = "" if det.determined else det.reason
+                if det.determined:
+                    law_lr = tuple(law.predict(lr_grid).tolist())
+                    lo, hi = law.alpha_ci
+                    law_text = f"α = {sig(law.alpha)} [{sig(lo)}, {sig(hi)}]"
+                else:
+                    law_text = f"{NOT_DETERMINED} ({det.reason})"
+            series.append(
+                ComparedSeries(
+                    name,
+                    a.target,
+                    tuple(batch),
+                    tuple(steps),
+                    tuple(grid.tolist()),
+                    fit_steps,
+                    fit_note,
+                    tuple(lr_b),
+                    tuple(o.lr_opt) if o is not None else (),
+                    tuple(lr_grid.tolist()),
+                    law_lr,
+                    law_note,
+                )
+            )
+            rows.append((name, h.group_text(gh), law_text))
+    return Comparison(units.pop(), tuple(series), tuple(rows))
+
+
+def draw_steps(rec: Comparison) -> Any:
+    """Steps to each study's target vs batch size, one colour per study, fits solid."""
+    from stepscale.analysis.figures import style
+
+    fig, axes = style.figure(height=4.6)
+    ax = axes[0][0]
+    for i, s in enumerate(rec.series):
+        c = style.color(i)
+        tgt = f" (L < {s.target:g})" if s.target is not None else ""
+        ax.plot(s.batch, s.steps, "o", color=c, label=f"{s.label}{tgt}")
+        if s.fit_steps:
+            ax.plot(s.fit_grid, s.fit_steps, "-", color=c, lw=1.3)
+        elif s.batch:
+            ax.plot([], [], " ", label=f"{s.label}: S(B) fit {NOT_DETERMINED}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(style.batch_label(rec.batch_unit))
+    ax.set_ylabel("steps to each study's target (steps)")
+    ax.set_title("S(B) of each study (lines: determined fits)")
+    style.legend(fig, ax, True)
+    return fig
+
+
+def draw_lr(rec: Comparison) -> Any:
+    """Optimal LR vs batch size, one colour per study, laws solid where determined."""
+    from stepscale.analysis.figures import style
+
+    fig, axes = style.figure(height=4.6)
+    ax = axes[0][0]
+    for i, s in enumerate(rec.series):
+        c = style.color(i)
+        if not s.lr_batch:
+            continue
+        ax.plot(s.lr_batch, s.lr_opt, "o", color=c, label=s.label)
+        if s.law_lr:
+            ax.plot(s.law_grid, s.law_lr, "-", color=c, lw=1.3)
+        else:
+            ax.plot([], [], " ", label=f"{s.label}: η*(B) law {NOT_DETERMINED}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(style.batch_label(rec.batch_unit))
+    ax.set_ylabel("optimal peak learning rate η*")
+    ax.set_title("η*(B) of each study (lines: determined laws)")
+    style.legend(fig, ax, True)
+    return fig
+
+
+def _labels(run_dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
+    """Study names, with the run dir added where two studies share a name."""
+    return [
+        n if names.count(n) == 1 else f"{n} ({d})" for d, n in zip(run_dirs, names, strict=True)
+    ]
+
+
+def write_comparison(
+    run_dirs: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    targets: Sequence[float] = (),
+) -> dict[str, Any]:
+    """Compare the studies of ``run_dirs`` into ``out`` (see the module docstring); returns
+    {report_dir, files, studies}. Raises :class:`CompareInputError` or
+    :class:`analysis.load.RunDirError` for bad input, before anything is written."""
+    from stepscale.analysis.figures import style
+    from stepscale.analysis.report.blocks import fig, heading, para, table, to_html, to_markdown
+    from stepscale.files import write_text_atomic
+    from stepscale.redact import redact
+
+    dirs = [Path(d) for d in run_dirs]
+    outdir = Path(out)
+    if outdir.exists() and not outdir.is_dir():
+        raise CompareInputError(f"--out {outdir} exists and is not a directory")
+    analyses = [analyze(load(d), targets) for d in dirs]
+    labels = _labels(dirs, [a.study or d.name for a, d in zip(analyses, dirs, strict=True)])
+    rec = comparison(list(zip(labels, analyses, strict=True)))
+    figdir = outdir / "figures"
+    figdir.mkdir(parents=True, exist_ok=True)
+    pngs: dict[str, bytes] = {}
+    captions = {
+        "steps_vs_batch": "Steps to each study's target vs batch size; lines are S(B) fits "
+        "that are determined (fits not determined are named in the legend, not drawn).",
+        "lr_vs_batch": "Optimal LR η* per batch size of each study; lines are η*(B) = c·B^α "
+        "laws that are determined.",
+    }
+    with style.context():
+        for name, draw in (("steps_vs_batch", draw_steps), ("lr_vs_batch", draw_lr)):
+            figure = draw(rec)
+            for ax in figure.axes:
+                style.plain_ticks(ax)
+            pngs[name] = style.save_png(figure, figdir / f"{name}.png")
+            style.save_svg(figure, figdir / f"{name}.svg")
+    blocks = [
+        heading("Comparison: " + ", ".join(labels), 1),
+        table(["study", "answer", "η*(B) = c·B^α"], rec.rows, "Each study's answer"),
+        *(fig(n, captions[n], png) for n, png in pngs.items()),
+        heading("Run dirs"),
+        table(["study", "run dir"], [[lb, str(d)] for lb, d in zip(labels, dirs, strict=True)]),
+        para(
+            "Each study's own report: `sweep report RUN_DIR`. A fit is not determined when it "
+            "rests on fewer than 3 points or its interval is too wide (docs/report.md).",
+            "note",
+        ),
+    ]
+    write_text_atomic(outdir / "report.md", redact(to_markdown(blocks)))
+    write_text_atomic(outdir / "index.html", redact(to_html(blocks, "stepscale comparison")))
+    write_text_atomic(
+        outdir / "comparison.json",
+        json.dumps(
+            {**rec.to_dict(), "run_dirs": [str(d) for d in dirs]},
+            indent=2,
+            sort_keys=True,
+            ensure_ascii=False,
+        )
+        + "\n",
+    )
+    files = ["index.html", "report.md", "comparison.json"]
+    files += [f"figures/{n}.{ext}" for n in pngs for ext in ("png", "svg")]
+    return {"report_dir": str(outdir), "files": files, "studies": labels}

@@ -1,0 +1,334 @@
+"""The study's headline: the one answer a user looks for first, and whether it is determined.
+
+- A batch-size study with a target loss: B_crit at the target from the S(B) fit, with its
+  interval, per group of trials;
+- any other study: the objective's best per point (and the point where it is lowest).
+
+Every headline says what it rests on (points, trials) and whether it is **determined**.
+A fit is *not determined* when it rests on fewer than :data:`MIN_POINTS` points, or when
+its interval is too wide to say anything: for a scale such as B_crit, an interval whose
+upper / lower end exceeds :data:`MAX_CI_FACTOR`; for an exponent such as α of
+η*(B) = c·B^α, an interval wider than :data:`MAX_EXPONENT_WIDTH` (it then cannot tell the
+constant rule α = 0 from the linear rule α = 1); a missing interval counts as too wide.
+Such a fit is labelled "not determined" wherever it appears (report text and tables,
+figures draw no line for it, the end of `sweep run`) and never shown as a result.
+
+Pure functions of :class:`analysis.study.StudyAnalysis` (docs/report.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stepscale.analysis.fits.arrays import jsonable
+from stepscale.analysis.fits.lr import LRLaw
+from stepscale.analysis.fits.steps import StepsFit
+from stepscale.analysis.study import StudyAnalysis
+
+__all__ = [
+    "MAX_CI_FACTOR",
+    "MAX_EXPONENT_WIDTH",
+    "MIN_POINTS",
+    "NOT_DETERMINED",
+    "Determination",
+    "GroupHeadline",
+    "Headline",
+    "exponent_determination",
+    "headline",
+    "lr_law_determination",
+    "saturating_determination",
+    "scale_determination",
+    "sig",
+    "steps_fit_determination",
+]
+
+MIN_POINTS = 3  # a fit on fewer points has no residual left to judge it by
+MAX_CI_FACTOR = 10.0  # upper / lower end of a scale's interval (B_crit, S_min …)
+MAX_EXPONENT_WIDTH = 1.0  # upper − lower end of an exponent's interval (α of η*(B))
+NOT_DETERMINED = "not determined"
+
+
+def sig(x: Any, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant figures ("—" when not a finite number): the one
+    way the report, the headline and `sweep run` write measured and fitted numbers."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        try:
+            x = float(x)
+        except (TypeError, ValueError):
+            return "—"
+    f = float(x)
+    if not math.isfinite(f):
+        return "—"
+    if 1e3 <= abs(f) < 1e6:  # 2,760 rather than 2.76e+03
+        return f"{float(f'{f:.{digits}g}'):,.0f}"
+    return f"{f:.{digits}g}"
+
+
+@dataclass(frozen=True)
+class Determination:
+    """Whether a fit is determined; ``reason`` says why not ("" when it is)."""
+
+    determined: bool
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """ "determined" or "not determined (<reason>)"."""
+        return "determined" if self.determined else f"{NOT_DETERMINED} ({self.reason})"
+
+
+def _few(n_points: int) -> str | None:
+    if n_points < MIN_POINTS:
+        return f"rests on {n_points} point{'s' if n_points != 1 else ''}, fewer than {MIN_POINTS}"
+    return None
+
+
+def scale_determination(n_points: int, ci: Sequence[float]) -> Determination:
+    """A positive quantity (B_crit …) with interval ``ci`` fitted on ``n_points`` points."""
+    few = _few(n_points)
+    if few:
+        return Determination(False, few)
+    lo, hi = float(ci[0]), float(ci[1])
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0:
+        return Determination(False, "its interval is unbounded")
+    if hi / lo > MAX_CI_FACTOR:
+        return Determination(
+            False,
+            f"its interval [{sig(lo)}, {sig(hi)}] spans a factor {sig(hi / lo, 2)}, more than "
+            f"{MAX_CI_FACTOR:g}",
+        )
+    return Determination(True)
+
+
+def exponent_determination(n_points: int, ci: Sequence[float]) -> Determination:
+    """An exponent (α …) with interval ``ci`` fitted on ``n_points`` points."""
+    few = _few(n_points)
+    if few:
+        return Determination(False, few)
+    lo, hi = float(ci[0]), float(ci[1])
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return Determination(False, "its interval is unbounded")
+    if hi - lo > MAX_EXPONENT_WIDTH:
+        return Determination(
+            False,
+            f"its interval [{sig(lo, 2)}, {sig(hi, 2)}] is wider than {MAX_EXPONENT_WIDTH:g}",
+        )
+    return Determination(True)
+
+
+def steps_fit_determination(fit: StepsFit) -> Determination:
+    """Is B_crit of an S(B) fit determined?"""
+    return scale_determination(fit.n_points, fit.b_crit_ci)
+
+
+def lr_law_determination(law: LRLaw) -> Determination:
+    """Is α of η*(B) = c·B^α determined?"""
+    return exponent_determination(law.n_points, law.alpha_ci)
+
+
+def saturating_determination(law: LRLaw, batch_sizes: Sequence[float] = ()) -> Determination:
+    """Is B_noise of the saturating form ε_max/(1 + B_noise/B) determined? It has no
+    interval, so it counts only when identified, on at least :data:`MIN_POINTS` batch sizes,
+    with B_noise inside the measured ``batch_sizes`` (default: those of the power law;
+    outside them no bend is measured)."""
+    sat = law.saturating
+    if sat is None or not sat.identified:
+        return Determination(False, "no bend in η*(B) over the batch sizes")
+    few = _few(sat.n_points)
+    if few:
+        return Determination(False, few)
+    sizes = tuple(batch_sizes) or law.batch_sizes
+    lo, hi = min(sizes), max(sizes)
+    if not lo <= sat.b_noise <= hi:
+        return Determination(
+            False,
+            f"B_noise = {sig(sat.b_noise)} lies outside the batch sizes {sig(lo)}–{sig(hi)}",
+        )
+    return Determination(True)
+
+
+@dataclass(frozen=True)
+class GroupHeadline:
+    """The answer of one group of trials (``all`` when there is one group).
+
+    ``value``/``ci`` are B_crit and its interval (kind ``b_crit``), or the lowest best
+    objective over the points (kind ``objective``, with ``best_point`` and ``per_point``).
+    """
+
+    group: str
+    value: float
+    ci: tuple[float, float]
+    n_points: int
+    n_trials: int
+    determination: Determination
+    best_point: str = ""
+    per_point: tuple[tuple[str, float], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "group": self.group,
+            "value": jsonable(self.value),
+            "ci": jsonable(self.ci),
+            "n_points": self.n_points,
+            "n_trials": self.n_trials,
+            "determined": self.determination.determined,
+            "reason": self.determination.reason or None,
+            "best_point": self.best_point or None,
+            "per_point": [{"point": p, "best": jsonable(v)} for p, v in self.per_point],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The study's answer: ``kind`` is ``b_crit`` or ``objective``."""
+
+    study: str
+    kind: str
+    target: float | None
+    batch_unit: str
+    objective_kind: str
+    partial: bool
+    groups: tuple[GroupHeadline, ...]
+
+    @property
+    def determined(self) -> bool:
+        """Every group's answer is determined."""
+        return bool(self.groups) and all(g.determination.determined for g in self.groups)
+
+    def group_text(self, g: GroupHeadline) -> str:
+        """One line: the answer of group ``g`` (or "not determined" and why) and its basis."""
+        prefix = "" if g.group == "all" else f"{g.group}: "
+        trials = f"{g.n_trials} trial{'s' if g.n_trials != 1 else ''}"
+        if self.kind == "b_crit":
+            basis = f"rests on {g.n_points} batch sizes reaching the target, {trials}"
+            at = f" at eval loss < {self.target:g}" if self.target is not None else ""
+            if not g.determination.determined:
+                return f"{prefix}B_crit{at}: {NOT_DETERMINED} — {g.determination.reason} ({basis})"
+            lo, hi = g.ci
+            return (
+                f"{prefix}B_crit{at} = {sig(g.value)} {self.batch_unit} "
+                f"(95% interval {sig(lo)}–{sig(hi)}; {basis})"
+            )
+        basis = f"rests on {g.n_points} points, {trials}"
+        if not g.determination.determined:
+            return f"{prefix}best objective: {NOT_DETERMINED} — {g.determination.reason} ({basis})"
+        return (
+            f"{prefix}best {self.objective_kind or 'objective'} = {sig(g.value)} at "
+            f"{g.best_point} ({basis})"
+        )
+
+    def lines(self) -> list[str]:
+        """The headline as text lines (per group, then per point for objective studies)."""
+        if not self.groups:
+            out = ["no answer yet: no point has a finished trial with a usable objective"]
+        else:
+            out = [self.group_text(g) for g in self.groups]
+        if self.partial:
+            out[0] = "PARTIAL (the study is still running): " + out[0]
+        if self.kind == "objective":
+            for g in self.groups:
+                pre = "" if g.group == "all" else f"{g.group}: "
+                out += [f"  {pre}{p}: best {sig(v)}" for p, v in g.per_point]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "study": self.study,
+            "kind": self.kind,
+            "target": jsonable(self.target),
+            "batch_unit": self.batch_unit,
+            "objective": self.objective_kind,
+            "partial": self.partial,
+            "determined": self.determined,
+            "groups": [g.to_dict() for g in self.groups],
+            "rules": {
+                "min_points": MIN_POINTS,
+                "max_ci_factor": MAX_CI_FACTOR,
+                "max_exponent_width": MAX_EXPONENT_WIDTH,
+            },
+        }
+
+
+def _group_trials(a: StudyAnalysis, group: str) -> int:
+    return sum(p.n_tune for p in a.points if p.group == group)
+
+
+def headline(a: StudyAnalysis) -> Headline:
+    """The headline of a study's analysis (see the module docstring)."""
+    groups: list[GroupHeadline] = []
+    kind = "b_crit" if a.axes.batch is not None and a.target is not None else "objective"
+    if kind == "b_crit":
+        for g in a.groups:
+            n_trials = _group_trials(a, g.group)
+            fit = g.fit_at(a.target)
+            if fit is None:
+                reached = 0 if g.result is None else len(g.result.batch_sizes)
+                why = g.steps_error or "no S(B) fit"
+                groups.append(
+                    GroupHeadline(
+                        g.group,
+                        math.nan,
+                        (math.nan, math.nan),
+                        reached,
+                        n_trials,
+                        Determination(False, f"S(B) not fitted: {why}"),
+                    )
+                )
+                continue
+            problem = g.problem_at(a.target)
+            groups.append(
+                GroupHeadline(
+                    g.group,
+                    fit.b_crit,
+                    (float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])),
+                    fit.n_points,
+                    n_trials,
+                    steps_fit_determination(fit),
+                    warnings=tuple(fit.warnings) + ((problem,) if problem else ()),
+                )
+            )
+    else:
+        names = dict.fromkeys(p.group for p in a.points)
+        for name in names:
+            rows = [p for p in a.points if p.group == name]
+            per = tuple((p.point, float(p.best_objective)) for p in rows)
+            done = [(p, v) for p, v in per if math.isfinite(v)]
+            n_trials = sum(p.n_tune for p in rows)
+            if not done:
+                det = Determination(False, "no point has a finished trial with a usable objective")
+                groups.append(
+                    GroupHeadline(name, math.nan, (math.nan, math.nan), 0, n_trials, det, "", per)
+                )
+                continue
+            best_p, best_v = min(done, key=lambda pv: pv[1])
+            missing = [p for p, v in per if not math.isfinite(v)]
+            warn = (f"no usable objective at {', '.join(missing)}",) if missing else ()
+            groups.append(
+                GroupHeadline(
+                    name,
+                    best_v,
+                    (math.nan, math.nan),
+                    len(done),
+                    n_trials,
+                    Determination(True),
+                    best_p,
+                    per,
+                    warn,
+                )
+            )
+    return Headline(
+        study=a.study,
+        kind=kind,
+        target=a.target,
+        batch_unit=a.batch_unit,
+        objective_kind=a.objective_kind,
+        partial=a.partial,
+        groups=tuple(groups),
+    )
