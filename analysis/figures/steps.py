@@ -145,8 +145,11 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
         c = style.color(i)
         name = f"{s.label}: " if many else ""
         ys += [*s.trial_steps, *s.steps, *s.seed_hi, *s.censored_at]
-        ax.scatter(s.trial_batch, s.trial_steps, s=8, color=c, alpha=0.25, lw=0)
-        ax.plot(s.batch, s.steps, "o", color=c, label=f"{name}steps to result")
+        ax.scatter(
+            s.trial_batch, s.trial_steps, s=8, color=c, alpha=0.25, lw=0,
+            label=None if many else "a trial",
+        )  # fmt: skip
+        ax.plot(s.batch, s.steps, "o", color=c, label=f"{name}best of the batch size's trials")
         for b, lo_, hi_ in zip(s.seed_batch, s.seed_lo, s.seed_hi, strict=True):
             ax.plot([b, b], [lo_, hi_], color=c, lw=3, alpha=0.5)
         if s.censored_batch:
