@@ -47,9 +47,11 @@ defaults:
   - override /model: gpt
   - override /data: markov
 model: {{size: tiny}}
-data: {{vocab_size: 16, order: 1, seq_len: 64, global_batch: 32, eval_examples: 128, eval_batch: 64}}
+data: {{vocab_size: 16, order: 1, seq_len: 64, eval_examples: 128, eval_batch: 64}}
 schedule: {{warmup_steps: 10}}
 train: {{log_every: 10, eval_every: 50, checkpoint_every: 0, devices: 1}}
+scientific:
+  batch_size: {{path: data.global_batch, values: [32], unit: sequences}}
 nuisance:
   lr: {{path: optimizer.lr, type: float, low: 1.0e-3, high: 1.0e-2, scale: log}}
 sampler: {{name: random}}
@@ -217,7 +219,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", default="overhead,short,demo")
     parser.add_argument("--steps", type=int, default=100, help="steps of an overhead trial")
-    parser.add_argument("--short-steps", type=int, default=1500, help="steps of a short trial")
+    parser.add_argument("--short-steps", type=int, default=6000, help="steps of a short trial")
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     result: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()]}
