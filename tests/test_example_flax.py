@@ -44,7 +44,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     its own ``models/`` and ``mytrainer/`` packages."""
     copy = tmp_path_factory.mktemp("flax_example") / "project"
     shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("runs", "outputs", "__pycache__"))
-    assert (copy / "models" / "mlp.py").is_file() and not str(copy).startswith(str(ROOT))
+    assert (copy / "models" / "mlp.py").is_file() and ROOT.resolve() not in copy.resolve().parents
     return copy
 
 
