@@ -100,6 +100,10 @@ def scale_determination(n_points: int, ci: Sequence[float]) -> Determination:
             f"its interval [{sig(lo)}, {sig(hi)}] spans a factor {sig(hi / lo, 2)}, more than "
             f"{MAX_CI_FACTOR:g}",
         )
+    if hi <= lo * (1 + 1e-9):
+        # Every resampled fit gave the same value (e.g. 3 points and no residual left):
+        # the bootstrap has not measured the uncertainty, whatever it is.
+        return Determination(False, f"its interval [{sig(lo)}, {sig(hi)}] has no width")
     return Determination(True)
 
 
@@ -120,8 +124,21 @@ def exponent_determination(n_points: int, ci: Sequence[float]) -> Determination:
 
 
 def steps_fit_determination(fit: StepsFit) -> Determination:
-    """Is B_crit of an S(B) fit determined?"""
-    return scale_determination(fit.n_points, fit.b_crit_ci)
+    """Is B_crit of an S(B) fit determined? Besides its interval, B_crit must not lie wholly
+    outside the batch sizes measured: a B_crit far below the smallest (or above the
+    largest) is an extrapolation of the fit's form, not a measurement."""
+    det = scale_determination(fit.n_points, fit.b_crit_ci)
+    sizes = [b for b in fit.batch_sizes if math.isfinite(b) and b > 0]
+    if not det.determined or not sizes:
+        return det
+    lo, hi = float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])
+    if hi < min(sizes) or lo > max(sizes):
+        return Determination(
+            False,
+            f"B_crit's interval [{sig(lo)}, {sig(hi)}] lies outside the batch sizes measured "
+            f"({sig(min(sizes))}–{sig(max(sizes))})",
+        )
+    return det
 
 
 def lr_law_determination(law: LRLaw) -> Determination:

@@ -269,3 +269,24 @@ def test_bad_comparisons_are_input_errors_and_write_nothing(demo: Path, tmp_path
     with pytest.raises(ReportInputError, match="--out is for comparisons"):
         report_cli(str(demo), "--out", str(out))
     assert not out.exists()
+
+
+def test_a_bcrit_outside_the_measured_batch_sizes_is_not_determined() -> None:
+    # lr_vs_batchsize's curves fitted B_crit = 4e-06 [4e-06, 8.3e-06] examples over batch
+    # sizes 4…512: a narrow interval, but an extrapolation of the fit's form.
+    from types import SimpleNamespace
+
+    from stepscale.analysis.headline import steps_fit_determination
+
+    sizes = (4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0)
+    below = SimpleNamespace(n_points=8, b_crit_ci=(4e-06, 8.34e-06), batch_sizes=sizes)
+    det = steps_fit_determination(below)  # type: ignore[arg-type]
+    assert not det.determined and "outside the batch sizes measured" in det.reason
+    inside = SimpleNamespace(n_points=8, b_crit_ci=(17.4, 42.5), batch_sizes=sizes)
+    assert steps_fit_determination(inside).determined  # type: ignore[arg-type]
+    above = SimpleNamespace(n_points=8, b_crit_ci=(600.0, 1500.0), batch_sizes=sizes)
+    assert not steps_fit_determination(above).determined  # type: ignore[arg-type]
+    # optimizer_ablation's SGD: 9.14 [9.14, 9.14] on 3 points, every resample the same fit.
+    flat = SimpleNamespace(n_points=3, b_crit_ci=(9.14, 9.14), batch_sizes=(8.0, 32.0, 128.0))
+    det = steps_fit_determination(flat)  # type: ignore[arg-type]
+    assert not det.determined and "no width" in det.reason
