@@ -44,7 +44,6 @@ from stepscale.sweeps.slurm import (
 from stepscale.sweeps.workers import WarmJobHandle, WorkerPool
 
 LAUNCHERS = ("local", "process", "slurm", "inline")
-SLURM_END_CONFIRM_S = 10.0
 ON_THIS_MACHINE = ("local", "process")
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,6 @@ class JobHandle:
         self.inline = inline
         self.slot = slot  # the local GPU slot this job holds, if any
         self._outcome: tuple[bool, Any] | None = None
-        self._ended_since: float | None = None  # first seen ended without a result
         if isinstance(job, submitit.LocalJob):
             # A local job writes its result before its process ends: once it has ended, a
             # missing result will not come (submitit would wait 15 s for it on a shared disk).
@@ -116,21 +114,8 @@ class JobHandle:
         # sacct can show a job that is being requeued (preemption, time limit) as ended for
         # a moment; the controller's queue knows better. A job with a result has ended.
         if isinstance(self.job, submitit.SlurmJob) and not self.job.paths.result_pickle.exists():
-            return self._ended_without_result()
+            return not slurm_job_active(self.job.job_id)
         return True
-
-    def _ended_without_result(self) -> bool:
-        """A SLURM job without a result has ended once the controller says so twice, at
-        least `SLURM_END_CONFIRM_S` apart: while ``scontrol requeue`` (or a preemption)
-        puts a job back in the queue, squeue can show it CANCELLED for a moment, and a
-        trial retried then would run beside its own requeued job."""
-        if slurm_job_active(self.job.job_id):
-            self._ended_since = None
-            return False
-        now = time.monotonic()
-        if self._ended_since is None:
-            self._ended_since = now
-        return now - self._ended_since >= SLURM_END_CONFIRM_S
 
     def outcome(self) -> tuple[bool, Any]:
         """(True, result) or (False, error) once done."""
