@@ -524,10 +524,20 @@ def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_runni
             proc.kill()
     assert_exact_budget(run_dir, "numpy_batchsize", per_point=3, points=1)
     records = sorted(trials_of(run_dir)["batch_size=16"], key=lambda r: r["number"])
-    assert {r["job_id"] for r in records} == {job}  # one job ran all three
-    assert [r["job_index"] for r in records] == [0, 1, 2]
+    # SLURM usually puts the job back in the queue; on CI it has also ended it as FAILED
+    # (after the requeue's SIGTERM), and then the orchestrator must retry the trials the
+    # job had not finished, the second from its checkpoint. Either way each trial ran to
+    # its end once, the second resumed where it stopped, and the first was not rerun.
+    requeued = {r["job_id"] for r in records} == {job}
+    if requeued:  # one job ran all three
+        assert [r["job_index"] for r in records] == [0, 1, 2]
+    assert records[0]["job_id"] == job and records[0]["attempts"] == 1
     for r in records:
-        assert r["state"] == "complete" and r["attempts"] == 1 and "failures" not in r, r
+        assert r["state"] == "complete", r
+        if requeued or r["number"] == 0:
+            assert r["attempts"] == 1 and "failures" not in r, r
+        else:
+            assert r["attempts"] == 2 and "ended without a result" in r["failures"][0], r
         folder = run_dir / "trials" / "batch_size=16" / str(r["number"])
         events = job_events(folder)
         assert events == (["start", "stopped", "resume"] if r["number"] == 1 else ["start"]), r
