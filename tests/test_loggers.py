@@ -177,7 +177,10 @@ def wandb_run(folder: Path) -> tuple[Any, dict[str, Any], dict[str, list[tuple[i
             for key, value in row.items():
                 if not key.startswith("_"):
                     series.setdefault(key, []).append((step, float(value)))
-    return run, config, series
+    # One offline run folder per job, named by the second it started: two jobs of a resumed
+    # trial can start within one second, so the folders' order is not the jobs' order. The
+    # resumed job logs only steps after those already logged, so order by step.
+    return run, config, {k: sorted(v) for k, v in series.items()}
 
 
 def assert_same_series(
