@@ -12,19 +12,26 @@ glued on: the whole one is kept, the torn part dropped). A torn record never too
 since no reader could read it, so dropping it loses nothing that happened. Whenever the
 file is changed, the file as it was is kept beside it (``study.journal.<time>.bak``) and
 one warning line says so.
+
+Writers take an OS-level lock (`JournalProcessLock`, ``fcntl.lockf`` on
+``study.journal.flock``) instead of Optuna's lock file: the kernel releases it when its
+holder dies, so a writer killed while holding it (kill -9, the OOM killer) leaves nothing
+for the next one to wait out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
@@ -34,11 +41,62 @@ _CHUNK = 1 << 16
 _RECORD_START = b'{"op_code"'  # how Optuna writes every record (json.dumps of a dict)
 
 
+LOCK_SUFFIX = ".flock"
+
+
+class JournalProcessLock(BaseJournalFileLock):
+    """An exclusive lock on a journal file that dies with its holder.
+
+    A POSIX record lock (``fcntl.lockf``, honoured on local disks and over NFS through its
+    lock manager) on ``<journal>.flock``. Optuna's own locks are files that a killed holder
+    leaves behind, which every later writer then waits out (with a warning a line) until a
+    grace period lets it break them. POSIX locks belong to a process, not to a file
+    descriptor or a thread, and closing any descriptor of the file drops them; so each
+    process keeps one descriptor per lock file for good, and a thread lock makes the
+    threads of one process take turns.
+    """
+
+    _held: ClassVar[dict[tuple[str, int], tuple[int, threading.Lock]]] = {}
+    _guard: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, journal_path: str) -> None:
+        self.path = journal_path + LOCK_SUFFIX
+
+    def _handle(self) -> tuple[int, threading.Lock]:
+        """This process's descriptor of the lock file and its thread lock (made once)."""
+        key = (os.path.abspath(self.path), os.getpid())  # a forked child opens its own
+        with self._guard:
+            if key not in self._held:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._held[key] = (fd, threading.Lock())
+            return self._held[key]
+
+    def acquire(self) -> bool:
+        """Block until this process holds the lock (an unwritable run dir raises OSError)."""
+        fd, turn = self._handle()
+        turn.acquire()
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+        except BaseException:
+            turn.release()
+            raise
+        return True
+
+    def release(self) -> None:
+        """Let the next writer in."""
+        fd, turn = self._handle()
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_UN)
+        finally:
+            turn.release()
+
+
 class TornSafeJournalBackend(JournalFileBackend):
-    """Optuna's journal file backend; a torn last record is cut off before each append."""
+    """Optuna's journal file backend with a lock that dies with its holder; a torn last
+    record is cut off before each append."""
 
     def __init__(self, file_path: str) -> None:
-        super().__init__(file_path)
+        super().__init__(file_path, lock_obj=JournalProcessLock(file_path))
         self.path = Path(file_path)
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
@@ -65,9 +123,9 @@ class TornSafeJournalBackend(JournalFileBackend):
 
 @contextlib.contextmanager
 def journal_lock(lock: BaseJournalFileLock) -> Iterator[None]:
-    """Hold Optuna's lock of a journal file. A lock that cannot be made (a read-only or
-    unwritable run dir) raises that OSError itself, not the RuntimeError Optuna's lock
-    raises while cleaning up after it."""
+    """Hold the lock of a journal file. A lock that cannot be made (a read-only or
+    unwritable run dir) raises that OSError itself (Optuna's own locks raise a
+    RuntimeError while cleaning up after it)."""
     try:
         lock.acquire()
     except RuntimeError as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from stepscale.files import read_json
@@ -29,6 +30,7 @@ from stepscale.rundir import FAILED, JOBS_DIR, LOGS_DIR, RUNNING, STOPPED, TRIAL
 from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcomes
 from stepscale.sweeps.adaptive import AdaptiveRun
 from stepscale.sweeps.job import TrialJob
+from stepscale.sweeps.killpoints import kill_point
 from stepscale.sweeps.launchers import JobHandle, JobRequest, Launcher, QueuedTrialHandle
 from stepscale.sweeps.point_stats import PointStats, point_stats
 from stepscale.sweeps.reconcile import reconcile
@@ -161,20 +163,58 @@ class Scheduler:
             study.enqueue_trial(
                 best.params, user_attrs={"kind": "confirm", "seed": self.cfg.seed + k}
             )
-        number = len(trials)
+        self._use_sampler(point, len(trials), dists)
+        # study.ask(fixed_distributions=dists), one write at a time: the trial is created,
+        # then each parameter recorded. A kill in between leaves a RUNNING trial without
+        # (all of) its parameters, which the next orchestrator completes (_complete_ask).
+        trial = study.ask()
+        kill_point("ask:created")
+        for i, (name, dist) in enumerate(dists.items()):
+            trial._suggest(name, dist)
+            if i + 1 < len(dists):
+                kill_point("ask:param")
+        kill_point("ask:asked")
+        if kind == "tune":
+            trial.set_user_attr("kind", "tune")
+            trial.set_user_attr("seed", self.cfg.seed)
+        return self._prepare(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
+
+    def _use_sampler(self, point: Point, number: int, dists: dict[str, BaseDistribution]) -> None:
+        """Give the point's study the sampler that draws its trial ``number``."""
         per_ask = self.cfg.sampler.name not in ("qmc", "grid")
         seed = self.cfg.sampler.seed if self.cfg.sampler.seed is not None else self.cfg.seed
         sampler_seed = (
             derived_seed(seed, point.label, number) if per_ask else derived_seed(seed, point.label)
         )
-        study.sampler = make_sampler(
+        self.studies[point.label].sampler = make_sampler(
             self.cfg.sampler, sampler_seed, self.cfg.budget.trials_per_point, dists
         )
-        trial = study.ask(fixed_distributions=dists)
-        if kind == "tune":
+
+    def _cut_short(self, o: adoption.Orphan) -> bool:
+        """Was this trial's ask cut short (its orchestrator killed between creating it and
+        recording all its parameters, its kind and its seed)? Asks and adoptions both hold
+        the run dir's lock, so no live orchestrator is in the middle of this one."""
+        missing = set(self.space.distributions(o.point.label)) - set(o.trial.params)
+        return bool(missing) or "kind" not in o.trial.user_attrs
+
+    def _complete_ask(self, o: adoption.Orphan) -> None:
+        """Finish a cut-short ask: draw the missing parameters with the sampler the ask
+        used (the same seed), record kind and seed, and submit the trial as its first
+        attempt. It never reached a job, so nothing of it is lost or run twice."""
+        study = self.studies[o.point.label]
+        dists = self.space.distributions(o.point.label)
+        if self.transfer is not None:
+            dists = self.transfer.distributions(o.point.label, dists)
+        self._use_sampler(o.point, o.trial.number, dists)
+        trial = optuna.Trial(study, o.trial._trial_id)
+        for name, dist in dists.items():
+            if name not in o.trial.params:
+                trial._suggest(name, dist)
+        if "kind" not in o.trial.user_attrs:  # confirm trials get theirs when enqueued
             trial.set_user_attr("kind", "tune")
             trial.set_user_attr("seed", self.cfg.seed)
-        return self._prepare(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
+        frozen = self.storage.get_trial(o.trial._trial_id)
+        self._launch([[self._prepare(o.point, frozen, attempt=1)]])
 
     def _submit(
         self, point: Point, trial: FrozenTrial, attempt: int, interrupted: bool = False
@@ -348,7 +388,9 @@ class Scheduler:
         with self.lock:
             for o in adoption.orphans(self.space.points, self._trials, self.running, self.run_dir):
                 trial_id = o.trial._trial_id
-                if o.finished:
+                if self._cut_short(o):
+                    self._complete_ask(o)
+                elif o.finished:
                     record = adopted_record(self.cfg, self.space, o.point, o.trial, o.record)
                     self._finalize(o.point, trial_id, o.folder, o.status, record)
                 elif o.record.get("state") == FAILED:  # recorded, but Optuna's tell was lost

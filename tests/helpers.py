@@ -155,18 +155,21 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
 
-def run_sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """The real `sweep` console script, to its end."""
+def run_sweep(
+    *args: str, cwd: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real `sweep` console script, to its end (``env``: added to the user's)."""
     return subprocess.run(
-        [SWEEP, *args], cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout
-    )
+        [SWEEP, *args], cwd=cwd, env={**user_env(), **(env or {})}, capture_output=True,
+        text=True, timeout=timeout,
+    )  # fmt: skip
 
 
-def start_sweep(*args: str, cwd: Path) -> subprocess.Popen[str]:
+def start_sweep(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """The real `sweep` console script in its own process group (a kill of the group takes
-    its workers and trainers along)."""
+    its workers and trainers along); ``env`` is added to the user's environment."""
     return subprocess.Popen(
-        [SWEEP, *args], cwd=cwd, env=user_env(), stdout=subprocess.PIPE,
+        [SWEEP, *args], cwd=cwd, env={**user_env(), **(env or {})}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
 

@@ -5,10 +5,12 @@ a few trials takes seconds; the long random kill storm is `benchmarks/kill_storm
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -226,6 +228,95 @@ def test_an_orchestrator_kill_and_a_torn_journal_cost_no_retry_and_no_trial(
             assert r.get("interruptions", 0) == (1 if folded in interrupted else 0), r
             steps = [m["step"] for m in read_jsonl(run_dir / "trials" / folded / "metrics.jsonl")]
             assert steps == list(range(11)), folded  # resumed from checkpoints, nothing twice
+
+
+# A kill at each point of an ask (sweeps/killpoints.py): the trial exists in Optuna, with
+# none, some or all of its parameters, and no folder. Each run below is killed at the next
+# ask's point; the next run completes the cut-short trial and runs it, and asks the next.
+KILL_POINTS = ["ask:created", "ask:param", "ask:asked"]
+TWO_PARAMS = [
+    "run", "conf=faulty", "--config-dir", ".", "scientific.width.values=[1]",
+    "budget.trials_per_point=4", "parallelism=1",
+    "+nuisance.sleep_s={path: sleep_s, type: float, low: 0.0, high: 0.001}",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_kill_between_asking_for_a_trial_and_recording_it_loses_nothing(
+    project: Path,
+) -> None:
+    run_dir = project / "runs" / "faulty"
+    for point in KILL_POINTS:
+        proc = start_sweep(*TWO_PARAMS, cwd=project, env={"STEPSCALE_KILL_AT": point})
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, (point, err)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its workers, which outlive it
+        ((label, trials),) = optuna_trials(run_dir, "faulty").items()
+        cut = trials[-1]  # the newest: asked when the kill came
+        assert cut.state.name == "RUNNING" and "kind" not in cut.user_attrs, point
+        if point != "ask:asked":
+            assert "sleep_s" not in cut.params, point  # asked, parameters not all there
+        assert not (run_dir / "trials" / label / str(cut.number)).exists(), point
+    res = run_sweep(*TWO_PARAMS, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr and "lock" not in res.stderr.lower(), res.stderr
+    assert_exact_budget(run_dir, "faulty", per_point=4, points=1)
+    for t in optuna_trials(run_dir, "faulty")[label]:
+        assert set(t.params) == {"lr", "sleep_s"} and t.user_attrs["kind"] == "tune", t
+    for r in trials_of(run_dir)[label]:
+        # first attempts, no retry; an interrupted one (killed with its orchestrator) resumed
+        assert r["state"] == "complete" and r["attempts"] == 1, r
+        folder = run_dir / "trials" / label / str(r["number"])
+        assert [m["step"] for m in read_jsonl(folder / "metrics.jsonl")] == list(range(11)), r
+
+
+def test_a_journal_lock_held_by_a_killed_process_is_taken_at_once(tmp_path: Path) -> None:
+    # A process takes the journal's lock and is killed with it held (kill -9): the next
+    # writer appends at once, with no lock file to wait out and nothing on stderr.
+    journal = tmp_path / rundir.JOURNAL
+    _journal_with_trials(journal, 1)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from stepscale.sweeps.journal import JournalProcessLock\n"
+            f"JournalProcessLock({str(journal)!r}).acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n"
+        )],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        # While it lives, the lock excludes: another process cannot take it.
+        probe = subprocess.run(
+            [sys.executable, "-c", (
+                "import fcntl, os, sys\n"
+                f"fd = os.open({str(journal) + '.flock'!r}, os.O_RDWR)\n"
+                "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                "except OSError:\n    sys.exit(7)\n"
+            )],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert probe.returncode == 7, probe.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    proc = subprocess.run(
+        [sys.executable, "-c", (
+            "import time, optuna\n"
+            "from stepscale.sweeps.journal import open_journal\n"
+            "t0 = time.monotonic()\n"
+            f"study = optuna.load_study(study_name='s', storage=open_journal(__import__('pathlib').Path({str(journal)!r})))\n"
+            "study.tell(study.ask(), 1.0)\n"
+            "print(time.monotonic() - t0)\n"
+        )],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr  # no "taking longer … to acquire the lock file"
+    assert float(proc.stdout) < 5.0  # Optuna's own lock file would be waited out 30 s
+    assert len(_study(journal).trials) == 2
 
 
 # ------------------------------------------------------------------------------ signals
