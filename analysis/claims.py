@@ -45,7 +45,9 @@ def _finite(values: Sequence[float]) -> np.ndarray:
     return np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
 
 
-def welch_test(a: Sequence[float], b: Sequence[float], level: float = DEFAULT_LEVEL) -> WelchTest | None:
+def welch_test(
+    a: Sequence[float], b: Sequence[float], level: float = DEFAULT_LEVEL
+) -> WelchTest | None:
     """The Welch test of ``a`` against ``b`` (non-finite values dropped); None when a side
     has fewer than 2 values. The interval is two-sided at 1 − 2·``level``; a difference
     with no spread on either side gets p = 0 or 1 (or 0.5 when the means are equal)."""
@@ -96,7 +98,7 @@ def seeds_needed(
 
 @dataclass(frozen=True)
 class Claim:
-    """"``a`` reaches the target in fewer ``what`` than ``b``", tested."""
+    """ "``a`` reaches the target in fewer ``what`` than ``b``", tested."""
 
     a: str
     b: str
@@ -122,7 +124,11 @@ class Claim:
 
     def sentence(self) -> str:
         """The claim, its numbers and its verdict, in one sentence."""
-        claim = f"{self.a} reaches the target in fewer {self.what} than {self.b}"
+        claim = (
+            f"{self.a} reaches the target in fewer {self.what} than {self.b}"
+            if self.what in ("steps", "examples", "tokens")
+            else f"{self.a} has a lower {self.what.replace('_', ' ')} than {self.b}"
+        )
         n = f"n = {self.n_a} vs {self.n_b} seeds"
         lost = (self.seeds_a - self.n_a) + (self.seeds_b - self.n_b)
         if lost:
@@ -135,12 +141,14 @@ class Claim:
             )
         conf = 100 * (1 - 2 * self.level)
         nums = (
-            f"Δ = {t.diff:+.4g} {self.unit} [{conf:g}%: {t.lo:.4g}, {t.hi:.4g}], one-sided "
+            f"Δ = {t.diff:+.4g}{' ' + self.unit if self.unit else ''} [{conf:g}%: {t.lo:.4g}, {t.hi:.4g}], one-sided "
             f"Welch p = {_p(t.p_less)} ({n})"
         )
         if self.shown:
             return f"{claim}: shown at p < {self.level:g}; {nums}."
-        out = f"{claim}: not shown with {min(self.n_a, self.n_b)} seeds (p ≥ {self.level:g}); {nums}"
+        out = (
+            f"{claim}: not shown with {min(self.n_a, self.n_b)} seeds (p ≥ {self.level:g}); {nums}"
+        )
         if self.reverse_shown:
             out += f"; the opposite ({self.b} fewer than {self.a}) is shown, p = {_p(1 - t.p_less)}"
         elif self.needed is not None:

@@ -182,9 +182,7 @@ def ramp_comparison(ds: xr.Dataset, best: dict[str, int], batch_unit: str) -> Ra
                 claims.append(
                     claim(p, r[what], ref, rows[ref][what], what, unit, level)  # type: ignore[arg-type]
                 )
-    return RampComparison(
-        tuple(arms), _target(ds), batch_unit, tuple(verdicts), tuple(claims)
-    )
+    return RampComparison(tuple(arms), _target(ds), batch_unit, tuple(verdicts), tuple(claims))
 
 
 def _target(ds: xr.Dataset) -> float | None:

@@ -98,16 +98,14 @@ def derived_values(
         for n in names(d.node):
             v = env[n]
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise UsageError(
-                    f"{key}.expr {d.expr!r}: {n} is {v!r}{at}, not a number"
-                ) from None
+                raise UsageError(f"{key}.expr {d.expr!r}: {n} is {v!r}{at}, not a number") from None
             numbers[n] = float(v)
         try:
             value: float | int = evaluate(d.node, numbers)
         except ExprError as exc:
             raise UsageError(f"{key}.expr {d.expr!r}{at}: {exc}") from None
         if d.type == "int":
-            value = int(round(value))
+            value = round(value)
         if (d.low is not None and value < d.low) or (d.high is not None and value > d.high):
             raise UsageError(
                 f"{key}: {d.expr} = {value:.6g}{at}, outside its declared range "
@@ -134,7 +132,7 @@ def _probe(n: Any) -> list[Any]:
     else:
         mid = (lo + hi) / 2
     if n.type == "int":
-        return sorted({int(lo), int(round(mid)), int(hi)})
+        return sorted({int(lo), round(mid), int(hi)})
     return [float(lo), mid, float(hi)]
 
 
@@ -150,10 +148,15 @@ def check_derived(space: Any) -> None:
         nuisance = space.nuisance[point.label]
         probes = [_probe(n) for n in nuisance]
         if math.prod(len(p) for p in probes) * len(space.points) > MAX_CHECKS:
-            probes = [p if n.type == "categorical" else [p[0], p[-1]] for n, p in zip(nuisance, probes, strict=True)]
+            probes = [
+                p if n.type == "categorical" else [p[0], p[-1]]
+                for n, p in zip(nuisance, probes, strict=True)
+            ]
         for combo in itertools.product(*probes):
             sampled = dict(zip((n.name for n in nuisance), combo, strict=True))
-            where = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sampled.items())
+            where = ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sampled.items()
+            )
             derived_values(
                 space.derived,
                 {**point.values, **sampled, **fixed},
@@ -161,7 +164,9 @@ def check_derived(space: Any) -> None:
             )
 
 
-def derived_at(space: Any, values: Mapping[str, Any], nuisance: Mapping[str, Any]) -> dict[str, float | int]:
+def derived_at(
+    space: Any, values: Mapping[str, Any], nuisance: Mapping[str, Any]
+) -> dict[str, float | int]:
     """name → value of the derived entries of ``space`` for one trial (its point's
     ``values`` and its ``nuisance`` trainer values)."""
     if not space.derived:

@@ -5,8 +5,8 @@ told Optuna trial and space.json, and what `sweep export` keeps or says it drops
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -17,13 +17,16 @@ from stepscale.sweeps.expr import ExprError, evaluate, names, parse
 from stepscale.sweeps.formats import FORMATS
 
 BETA2 = ["conf=beta2_halflife", "train.compile_cache_dir="]
-T2 = 64 * 32 * math.log(0.5) / math.log(0.95)
 
 
 @pytest.mark.parametrize(
     ("text", "env", "value"),
     [
-        ("0.5 ** (batch_size * seq_len / t2)", {"batch_size": 4, "seq_len": 32, "t2": 512}, 0.5**0.25),
+        (
+            "0.5 ** (batch_size * seq_len / t2)",
+            {"batch_size": 4, "seq_len": 32, "t2": 512},
+            0.5**0.25,
+        ),
         ("-2 ** 2", {}, -4.0),  # unary minus binds looser than the power, as in Python
         ("2 ** -1 * 3", {}, 1.5),
         ("2 ** 3 ** 2", {}, 512.0),  # right-associative
@@ -32,7 +35,9 @@ T2 = 64 * 32 * math.log(0.5) / math.log(0.95)
         (".5 + 1.", {}, 1.5),
     ],
 )
-def test_the_grammar_evaluates_like_arithmetic(text: str, env: dict[str, float], value: float) -> None:
+def test_the_grammar_evaluates_like_arithmetic(
+    text: str, env: dict[str, float], value: float
+) -> None:
     node = parse(text)
     assert names(node) == set(env)
     assert evaluate(node, env) == pytest.approx(value, rel=1e-12)
@@ -77,10 +82,22 @@ def test_values_that_do_not_exist_are_errors(text: str, message: str) -> None:
     ("override", "message"),
     [
         ('derived.b2.expr="0.5 ** (batch_size * seq_len / t2"', "derived.b2.expr .*syntax error"),
-        ('derived.b2.expr="0.5 ** (batch_size / halflife)"', "derived.b2.expr .*unknown name 'halflife'"),
-        ('derived.b2.expr="0.9 + 0.01 / (batch_size - 16)"', "derived.b2.expr .* at point batch_size=16.*division by zero"),
-        ("derived.b2.low=0.96", r"derived.b2: .* = 0.95 at point batch_size=64.*outside its declared range \[0.96, 0.9999\]"),
-        ('derived.b2.expr="getattr(lr, 1)"', "derived.b2.expr .*calling 'getattr' is not in the grammar"),
+        (
+            'derived.b2.expr="0.5 ** (batch_size / halflife)"',
+            "derived.b2.expr .*unknown name 'halflife'",
+        ),
+        (
+            'derived.b2.expr="0.9 + 0.01 / (batch_size - 16)"',
+            "derived.b2.expr .* at point batch_size=16.*division by zero",
+        ),
+        (
+            "derived.b2.low=0.96",
+            r"derived.b2: .* = 0.95 at point batch_size=64.*outside its declared range \[0.96, 0.9999\]",
+        ),
+        (
+            'derived.b2.expr="getattr(lr, 1)"',
+            "derived.b2.expr .*calling 'getattr' is not in the grammar",
+        ),
         ('derived.b2.expr="0.9 * lr / lr"', None),  # fine: every point, every LR choice
     ],
 )
@@ -102,20 +119,32 @@ def test_a_nuisance_range_is_checked_at_its_ends_and_middle(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # 0.99 − lr·20 leaves [0.5, 0.9999] only inside the LR range (lr = 0.03 → 0.39).
-    code = main(["run", *BETA2, f"run_dir={tmp_path / 'r'}", 'derived.b2.expr="0.99 - lr * 20"', "--dry-run"])
+    code = main(
+        [
+            "run",
+            *BETA2,
+            f"run_dir={tmp_path / 'r'}",
+            'derived.b2.expr="0.99 - lr * 20"',
+            "--dry-run",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "lr=0.03" in err and "outside its declared range" in err, err
 
 
 @pytest.fixture(scope="module")
 def derived_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The β2 half-life study cut to batch 4 and 64, one LR, one trial, 10 steps."""
+    """The NQM study with Adam and β2 by its half-life in examples, added from the command
+    line (``+derived.…``): batch 4 and 64, one LR, 10 steps (a few seconds)."""
     run = tmp_path_factory.mktemp("derived") / "run"
     code = main(
         [
-            "run", *BETA2, f"run_dir={run}", "scientific.batch_size.values=[4,64]",
-            "nuisance.lr.choices=[0.01]", "budget.trials_per_point=1", "budget.confirm_seeds=0",
-            "budget.max_steps=10", "parallelism=1", "launcher=inline", "train.devices=1",
+            "run", "conf=lr_vs_batchsize", "optimizer=adamw", f"run_dir={run}",
+            "scientific.batch_size.values=[4,64]", "nuisance.lr.choices=[0.01]",
+            "budget.trials_per_point=1", "budget.max_steps=10", "parallelism=1",
+            "launcher=inline", "train.devices=1", "train.compile_cache_dir=",
+            '+derived.t2={expr: "64 * log(0.5) / log(0.95)"}',
+            '+derived.b2={path: optimizer.b2, expr: "0.5 ** (batch_size / t2)", low: 0.5}',
         ]
     )  # fmt: skip
     assert code == 0
@@ -123,21 +152,26 @@ def derived_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_each_trial_config_holds_the_derived_value_of_its_point(derived_run: Path) -> None:
-    told = {label: trials[0] for label, trials in optuna_trials(derived_run, "beta2_halflife").items()}
+    t2 = 64 * math.log(0.5) / math.log(0.95)
+    told = {p: trials[0] for p, trials in optuna_trials(derived_run, "lr_vs_batchsize").items()}
     for batch in (4, 64):
-        expected = 0.5 ** (batch * 32 / T2)
+        expected = 0.5 ** (batch / t2)
         folder = derived_run / "trials" / f"batch_size={batch}" / "0"
         config = json.loads((folder / "config.json").read_text())
         assert config["optimizer"]["b2"] == pytest.approx(expected, rel=1e-12)
-        assert config["data"]["seq_len"] == 32 and config["data"]["global_batch"] == batch
+        assert config["optimizer"]["name"] == "adamw" and config["data"]["global_batch"] == batch
         record = json.loads((folder / "trial.json").read_text())
-        assert record["derived"]["b2"] == pytest.approx(expected, rel=1e-12)
-        assert record["derived"]["t2"] == pytest.approx(T2, rel=1e-12)
+        assert record["derived"] == pytest.approx({"t2": t2, "b2": expected}, rel=1e-12)
         assert told[f"batch_size={batch}"].user_attrs["derived"] == record["derived"]
-    assert 0.5 ** (64 * 32 / T2) == pytest.approx(0.95)
+    assert 0.5 ** (64 / t2) == pytest.approx(0.95) and 0.5 ** (4 / t2) > 0.996
     space = json.loads((derived_run / "space.json").read_text())
-    assert [(d["name"], d.get("path")) for d in space["derived"]] == [("t2", None), ("b2", "optimizer.b2")]
-    assert space["derived"][1]["expr"] == "0.5 ** (batch_size * seq_len / t2)"
+    assert [(d["name"], d.get("path")) for d in space["derived"]] == [
+        ("t2", None),
+        ("b2", "optimizer.b2"),
+    ]
+    assert space["derived"][1] == {
+        "name": "b2", "path": "optimizer.b2", "expr": "0.5 ** (batch_size / t2)", "low": 0.5,
+    }  # fmt: skip
 
 
 def test_export_keeps_derived_values_only_where_a_format_holds_them(

@@ -147,7 +147,9 @@ def _derived_losses(orig: list[dict[str, Any]], back: list[dict[str, Any]]) -> l
             a, b = d.get(field, _MISSING), q.get(field, _MISSING)
             if a is _MISSING or b is _MISSING or not _same(a, b):
                 out.append(f"{key}.{field}: {_show(a)} → {_show(b)}")
-    out += [f"derived.{name}: — → {q.get('path', name)} = {q['expr']}" for name, q in by_name.items()]
+    out += [
+        f"derived.{name}: — → {q.get('path', name)} = {q['expr']}" for name, q in by_name.items()
+    ]
     return out
 
 

@@ -105,9 +105,8 @@ def _check_semantics(doc: dict[str, Any]) -> None:
 def _check_derived(derived: list[dict[str, Any]], names: set[str], paths: dict[str, str]) -> None:
     """Derived entries: new names, free paths, expressions in the grammar over the
     parameters and earlier derived values."""
-    from stepscale.sweeps.expr import ExprError
+    from stepscale.sweeps.expr import ExprError, parse
     from stepscale.sweeps.expr import names as expr_names
-    from stepscale.sweeps.expr import parse
 
     known = set(names)
     for i, d in enumerate(derived):
