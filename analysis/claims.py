@@ -8,8 +8,8 @@ arm B? From the confirm seeds of each arm (docs/science.md):
   ``scipy.stats.ttest_ind(a, b, equal_var=False, alternative="less")``;
 - a verdict: the claim is *shown* when p < level (default 0.01, the bar of the
   modded-nanogpt speedrun records); otherwise it reads "not shown with N seeds", never as
-  a result; and how many seeds per arm would show a difference of the size observed
-  (80% power, from the seeds' spread), when it is not shown.
+  a result; and, when it is not shown but points the claimed way, how many seeds per arm
+  would show a difference of the size observed (80% power, from the seeds' spread).
 
 Seeds that never reached the target are left out of the means (the claim says how many).
 """
@@ -151,6 +151,8 @@ class Claim:
         )
         if self.reverse_shown:
             out += f"; the opposite ({self.b} fewer than {self.a}) is shown, p = {_p(1 - t.p_less)}"
+        elif t.diff >= 0:
+            out += f"; the difference points the other way ({self.a} is not faster here)"
         elif self.needed is not None:
             out += f"; about {self.needed} seeds per arm would show a difference this size"
         return out + "."

@@ -17,11 +17,14 @@ import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.expr import ExprError, Node, evaluate, names, parse
 from stepscale.sweeps.schema import StudyConfig
+
+if TYPE_CHECKING:  # sweeps.space imports this module
+    from stepscale.sweeps.space import Nuisance, SearchSpace
 
 TYPES = ("float", "int")
 MAX_CHECKS = 4096  # points × nuisance combinations checked before a study runs
@@ -119,7 +122,7 @@ def _show(x: float | None) -> str:
     return "−∞" if x is None else f"{x:g}"
 
 
-def _probe(n: Any) -> list[Any]:
+def _probe(n: Nuisance) -> list[Any]:
     """Values of a nuisance parameter checked before a study runs: its choices, or the
     ends and middle of its range (geometric middle on a log scale)."""
     if n.type == "categorical":
@@ -136,7 +139,7 @@ def _probe(n: Any) -> list[Any]:
     return [float(lo), mid, float(hi)]
 
 
-def check_derived(space: Any) -> None:
+def check_derived(space: SearchSpace) -> None:
     """Evaluate every derived entry of ``space`` (a `SearchSpace`) at every point and
     candidate point, at the ends and middle of each nuisance range (only the ends when
     that would be more than `MAX_CHECKS` evaluations); `UsageError` names the first
@@ -165,7 +168,7 @@ def check_derived(space: Any) -> None:
 
 
 def derived_at(
-    space: Any, values: Mapping[str, Any], nuisance: Mapping[str, Any]
+    space: SearchSpace, values: Mapping[str, Any], nuisance: Mapping[str, Any]
 ) -> dict[str, float | int]:
     """name → value of the derived entries of ``space`` for one trial (its point's
     ``values`` and its ``nuisance`` trainer values)."""

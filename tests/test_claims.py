@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import pytest
 import xarray as xr
+from run_dirs import Spec, make_run_dir
 from scipy import stats
 
 from stepscale.analysis.ablation import ablation_table, confirm_claims
 from stepscale.analysis.claims import claim, seeds_needed, welch_test
+from stepscale.analysis.compare import write_comparison
 from stepscale.analysis.course import ramp_comparison
 from stepscale.analysis.report.blocks import to_markdown
 from stepscale.analysis.report.course import ramp_section
@@ -146,3 +149,40 @@ def test_the_ablation_claims_the_best_tuned_variant_against_each_other() -> None
         assert abs(c.test.p_less - want.pvalue) < 1e-6
     assert sgd.shown and not lion.shown and "not shown with 3 seeds" in lion.sentence()
     assert row.to_dict()["claims"][1]["p"] == pytest.approx(sgd.test.p_less)
+
+
+def test_sweep_report_a_b_tests_the_first_study_against_the_second_per_batch_size(
+    tmp_path: Path,
+) -> None:
+    # Two synthetic studies with known S(B): "fast" needs 0.6× the steps of "slow".
+    small = {"batches": (16, 64, 256), "lr_multipliers": (0.5, 1.0, 2.0), "horizon": 8000}
+    fast = make_run_dir(
+        tmp_path / "fast", Spec(name="fast", s_min=300.0, confirm_seeds=4, jitter=0.05, **small)
+    )
+    slow = make_run_dir(
+        tmp_path / "slow",
+        Spec(name="slow", s_min=500.0, confirm_seeds=4, jitter=0.05, seed=1, **small),
+    )
+    out = write_comparison([fast, slow], tmp_path / "cmp")
+    claims = json.loads((tmp_path / "cmp" / "comparison.json").read_text())["claims"]
+    assert [c["batch"] for c in claims] == [16, 64, 256]
+
+    def seeds(run: Path, batch: int) -> list[float]:
+        folder = run / "trials" / f"batch_size={batch}"
+        kinds = {d: json.loads((d / "trial.json").read_text())["kind"] for d in folder.iterdir()}
+        return [
+            float(json.loads((d / "status.json").read_text())["steps_to_target"])
+            for d, kind in sorted(kinds.items())
+            if kind == "confirm"
+        ]
+
+    for c in claims:
+        a, b = seeds(fast, int(c["batch"])), seeds(slow, int(c["batch"]))
+        want = stats.ttest_ind(a, b, equal_var=False, alternative="less").pvalue
+        assert (c["a"], c["b"], c["n_a"], c["n_b"]) == ("fast", "slow", 4, 4)
+        assert abs(c["p"] - want) < 1e-6 and c["shown"]
+    report = (Path(out["report_dir"]) / "report.md").read_text()
+    assert (
+        "batch 16 sequences: fast reaches the target in fewer steps than slow: shown at p < 0.01"
+        in report
+    )
