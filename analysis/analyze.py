@@ -191,7 +191,9 @@ def _seeds(
     if not conf.any():
         return None
     values = ts.steps[target] if target is not None else usable_objective(ds)
-    return spread_over_seeds(x[conf], values[conf])
+    # the claims between studies test the interpolated crossings (finer than evaluations)
+    tested = ts.interp[target][conf] if target is not None else None
+    return spread_over_seeds(x[conf], values[conf], tested)
 
 
 def _dropped_targets(fits: Sequence[GroupFits], droppable: set[float]) -> dict[float, str]:

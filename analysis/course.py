@@ -266,7 +266,7 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
             SpikeRow(
                 point=p,
                 batch=str(ds[axes.batch.coord].values[idx[0]]) if axes.batch else "—",
-                b2="tuned" if b2_tuned else str(ds[b2c].values[idx[0]]) if b2c else "—",
+                b2="tuned" if b2_tuned else _value(ds[b2c].values[idx[0]]) if b2c else "—",
                 trials=int(idx.size),
                 with_loss_spikes=int((loss[idx] > 0).sum()),
                 loss_spikes=int(loss[idx].sum()),
@@ -281,6 +281,11 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
         int(np.nansum(loss)),
         int(np.nansum(grad)),
     )
+
+
+def _value(v: object) -> str:
+    """A parameter's value as text; floats (e.g. a derived β2) to 4 significant digits."""
+    return f"{v:.4g}" if isinstance(v, float | np.floating) else str(v)
 
 
 def _median(v: np.ndarray) -> float:

@@ -171,7 +171,7 @@ def test_sweep_report_a_b_tests_the_first_study_against_the_second_per_batch_siz
         folder = run / "trials" / f"batch_size={batch}"
         kinds = {d: json.loads((d / "trial.json").read_text())["kind"] for d in folder.iterdir()}
         return [
-            float(json.loads((d / "status.json").read_text())["steps_to_target"])
+            float(json.loads((d / "status.json").read_text())["steps_to_target_interp"])
             for d, kind in sorted(kinds.items())
             if kind == "confirm"
         ]
