@@ -151,7 +151,9 @@ class Claim:
         )
         if self.reverse_shown:
             out += f"; the opposite ({self.b} fewer than {self.a}) is shown, p = {_p(1 - t.p_less)}"
-        elif t.diff >= 0:
+        elif t.diff == 0:
+            out += "; the arms do not differ"
+        elif t.diff > 0:
             out += f"; the difference points the other way ({self.a} is not faster here)"
         elif self.needed is not None:
             out += f"; about {self.needed} seeds per arm would show a difference this size"
