@@ -17,14 +17,23 @@ import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.expr import ExprError, Node, evaluate, names, parse
 from stepscale.sweeps.schema import StudyConfig
 
-if TYPE_CHECKING:  # sweeps.space imports this module
-    from stepscale.sweeps.space import Nuisance, SearchSpace
+
+class SearchSpace(Protocol):
+    """What this module reads of `stepscale.sweeps.space.SearchSpace` (which imports this
+    module, so it is not imported here)."""
+
+    points: tuple[Any, ...]
+    candidates: tuple[Any, ...]
+    nuisance: dict[str, tuple[Any, ...]]
+    fixed: dict[str, tuple[str, Any]]
+    derived: tuple[Derived, ...]
+
 
 TYPES = ("float", "int")
 MAX_CHECKS = 4096  # points × nuisance combinations checked before a study runs
@@ -122,9 +131,10 @@ def _show(x: float | None) -> str:
     return "−∞" if x is None else f"{x:g}"
 
 
-def _probe(n: Nuisance) -> list[Any]:
-    """Values of a nuisance parameter checked before a study runs: its choices, or the
-    ends and middle of its range (geometric middle on a log scale)."""
+def _probe(n: Any) -> list[Any]:
+    """Values of a nuisance parameter (a `stepscale.sweeps.space.Nuisance`) checked before
+    a study runs: its choices, or the ends and middle of its range (geometric middle on a
+    log scale)."""
     if n.type == "categorical":
         return list(n.choices)
     lo, hi = n.low, n.high
