@@ -13,8 +13,10 @@ import pytest
 from helpers import optuna_trials
 
 from stepscale.sweeps.cli import main
+from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.expr import ExprError, evaluate, names, parse
 from stepscale.sweeps.formats import FORMATS
+from stepscale.sweeps.study_files import fingerprint
 
 BETA2 = ["conf=beta2_halflife", "train.compile_cache_dir="]
 
@@ -98,6 +100,7 @@ def test_values_that_do_not_exist_are_errors(text: str, message: str) -> None:
             'derived.b2.expr="getattr(lr, 1)"',
             "derived.b2.expr .*calling 'getattr' is not in the grammar",
         ),
+        ("objective.claim_level=0.7", r"objective.claim_level: must be in \(0, 0.5\), got 0.7"),
         ('derived.b2.expr="0.9 * lr / lr"', None),  # fine: every point, every LR choice
     ],
 )
@@ -130,6 +133,15 @@ def test_a_nuisance_range_is_checked_at_its_ends_and_middle(
     )
     err = capsys.readouterr().err
     assert code == 2 and "lr=0.03" in err and "outside its declared range" in err, err
+
+
+def test_a_study_without_derived_values_keeps_the_fingerprint_of_older_run_dirs() -> None:
+    # Run dirs written before derived values and claim levels existed must still resume.
+    _, cfg, _ = prepare_study(["conf=smoke"], None)
+    print_ = fingerprint(cfg)
+    assert "derived" not in print_ and "claim_level" not in print_["objective"]
+    _, with_rule, _ = prepare_study(["conf=beta2_halflife"], None)
+    assert fingerprint(with_rule)["derived"]["b2"]["expr"] == "0.5 ** (batch_size * seq_len / t2)"
 
 
 @pytest.fixture(scope="module")
