@@ -16,6 +16,7 @@ from run_dirs import Spec, make_run_dir
 from scipy import stats
 
 from stepscale.analysis.ablation import ablation_table, confirm_claims
+from stepscale.analysis.claim_estimate import confirm_estimates
 from stepscale.analysis.claims import claim, seeds_needed, welch_test
 from stepscale.analysis.compare import write_comparison
 from stepscale.analysis.course import ramp_comparison
@@ -186,3 +187,24 @@ def test_sweep_report_a_b_tests_the_first_study_against_the_second_per_batch_siz
         "batch 16 sequences: fast reaches the target in fewer steps than slow: shown at p < 0.01"
         in report
     )
+
+
+def test_the_dry_run_estimate_lists_each_ablation_claim_with_the_seeds_it_needs(
+    tmp_path: Path,
+) -> None:
+    # adamw needs 0.97× lion's steps: too close for 3 seeds at 5% jitter; sgd is far behind.
+    truth = {"adamw": (300.0, 128.0), "lion": (310.0, 128.0), "sgd": (600.0, 128.0)}
+    spec = Spec(
+        variants=("adamw", "lion", "sgd"), variant_truth=truth, batches=(32, 128),
+        lr_multipliers=(0.5, 1.0, 2.0), horizon=8000, confirm_seeds=3, jitter=0.05,
+    )  # fmt: skip
+    found = confirm_estimates(make_run_dir(tmp_path / "abl", spec))
+    assert len(found) == 4  # per batch size: adamw vs lion, adamw vs sgd
+    by = {(c["a"], c["b"]): c for c in found[:2]}
+    sgd, lion = by["adamw", "sgd"], by["adamw", "lion"]
+    assert sgd["shown"]
+    assert sgd["estimate"].startswith("adamw fewer steps than sgd at batch 32 sequences: shown")
+    assert not lion["shown"] and "not shown with 3 seeds" in lion["estimate"]
+    # the difference points the claimed way: the seeds that would show one this size
+    assert lion["diff"] < 0 and lion["seeds_needed"] > 3
+    assert lion["estimate"].endswith(f"budget.confirm_seeds={lion['seeds_needed']}")
