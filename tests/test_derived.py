@@ -108,7 +108,9 @@ def test_bad_expressions_exit_2_before_anything_runs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, message: str | None
 ) -> None:
     run = tmp_path / "run"
-    code = main(["run", *BETA2, f"run_dir={run}", override, "--dry-run"])
+    # a real run (no --dry-run) for the bad ones: refused before anything is written
+    dry = ["--dry-run"] if message is None else []
+    code = main(["run", *BETA2, f"run_dir={run}", override, *dry])
     _, err = capsys.readouterr()
     if message is None:
         assert code == 0, err
