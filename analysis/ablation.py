@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim
 
 __all__ = [
     "AblationRow",
@@ -28,6 +30,7 @@ __all__ = [
     "VariantBest",
     "ablation_table",
     "best_so_far",
+    "confirm_claims",
 ]
 
 
@@ -74,6 +77,9 @@ class AblationRow:
     p_beats: tuple[tuple[str, str, float], ...]
     equal_budget: bool
     warning: str | None
+    # claims tested on the confirm seeds: the variant with the best tuned objective against
+    # each other one (`confirm_claims`)
+    claims: tuple[Claim, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -83,6 +89,7 @@ class AblationRow:
             "p_beats": [{"a": a, "b": b, "p": _clean(p)} for a, b, p in self.p_beats],
             "equal_budget": self.equal_budget,
             "warning": self.warning,
+            "claims": [c.to_dict() for c in self.claims],
         }
 
 
@@ -185,6 +192,38 @@ def ablation_table(
             )
         rows.append(AblationRow(size, tuple(bests), tuple(pairs), equal, warning))
     return AblationTable(axis, tuple(rows), confidence, n_boot, seed)
+
+
+def confirm_claims(
+    table: AblationTable,
+    variant: ArrayLike,
+    batch: ArrayLike,
+    objective: ArrayLike,
+    *,
+    what: str = "steps",
+    unit: str = "steps",
+    level: float = DEFAULT_LEVEL,
+) -> AblationTable:
+    """``table`` with each row's claims: at every batch size, the variant whose tuned best
+    is lowest (chosen on the tune trials, so the claim is fixed before the confirm seeds
+    it is tested on) against every other variant, "fewer ``what``" by a one-sided Welch
+    test over the confirm seeds (one row per confirm trial; NaN: never reached / unusable)."""
+    var = np.asarray(variant, dtype=str)
+    b = np.asarray(batch, dtype=float)
+    obj = np.asarray(objective, dtype=float)
+    rows = []
+    for row in table.rows:
+        at = np.isnan(b) if math.isnan(row.batch) else b == row.batch
+        ranked = sorted((v for v in row.variants if math.isfinite(v.best)), key=lambda v: v.best)
+        found: list[Claim] = []
+        if ranked and at.any():
+            lead = ranked[0].variant
+            seeds = {v.variant: obj[at & (var == v.variant)].tolist() for v in row.variants}
+            for other in (v.variant for v in row.variants if v.variant != lead):
+                if seeds[lead] or seeds[other]:
+                    found.append(claim(lead, seeds[lead], other, seeds[other], what, unit, level))
+        rows.append(replace(row, claims=tuple(found)))
+    return replace(table, rows=tuple(rows))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 import xarray as xr
 
-from stepscale.analysis.ablation import ablation_table
+from stepscale.analysis.ablation import ablation_table, confirm_claims
+from stepscale.analysis.claims import claim_level
 from stepscale.analysis.dataset import (
     BATCH_PATH,
     LR_PATH,
@@ -190,7 +191,9 @@ def _seeds(
     if not conf.any():
         return None
     values = ts.steps[target] if target is not None else usable_objective(ds)
-    return spread_over_seeds(x[conf], values[conf])
+    # the claims between studies test the interpolated crossings (finer than evaluations)
+    tested = ts.interp[target][conf] if target is not None else None
+    return spread_over_seeds(x[conf], values[conf], tested)
 
 
 def _dropped_targets(fits: Sequence[GroupFits], droppable: set[float]) -> dict[float, str]:
@@ -332,6 +335,26 @@ def analyze(
             seed=settings.seed,
             confidence=settings.confidence,
         )
+        confirm = (ds["kind"].values == "confirm") & np.isin(ds["state"].values, list(FINAL_STATES))
+        if confirm.any():  # the claims: best tuned variant vs each other, on the confirm seeds
+            steps = str(ds.attrs.get("objective_kind", "")) == "steps_to_target"
+            # steps where the eval loss crossed the target (NaN: never), not the objective,
+            # whose penalty for a seed that never reached it is no number of steps
+            steps = steps and "steps_to_target_interp" in ds.coords
+            values = (
+                np.asarray(ds["steps_to_target_interp"].values, dtype=float)
+                if steps
+                else usable_objective(ds)
+            )
+            abl = confirm_claims(
+                abl,
+                ds[axes.variant.coord].values[confirm].astype(str),
+                b[confirm],
+                values[confirm],
+                what="steps" if steps else str(ds.attrs.get("objective_kind", "objective")),
+                unit="steps" if steps else "",
+                level=claim_level(ds.attrs),
+            )
     return StudyAnalysis(
         study=str(ds.attrs.get("study", "")),
         objective_kind=str(ds.attrs.get("objective_kind", "")),

@@ -7,6 +7,9 @@ determined are labelled so and drawn without a line. Every study needs a batch-s
 and all must count batch sizes in the same unit (else :class:`CompareInputError`, exit 2,
 nothing written). Written into ``DIR``: index.html, report.md, comparison.json and
 figures/{steps_vs_batch,lr_vs_batch}.{png,svg}; the same run dirs give the same bytes.
+The first study is tested against each other one at every batch size where both ran
+confirm seeds to the same target: "fewer steps" by a one-sided Welch t-test
+(analysis.claims, at the first study's ``objective.claim_level``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from stepscale.analysis.analyze import analyze
+from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim, claim_level
 from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
@@ -73,6 +77,10 @@ class Comparison:
     batch_unit: str
     series: tuple[ComparedSeries, ...]
     rows: tuple[tuple[str, ...], ...]
+    # "the first study reaches the target in fewer steps than each other one", per batch
+    # size both ran confirm seeds at, to the same target (analysis.claims)
+    claims: tuple[tuple[float, Claim], ...] = ()
+    claim_notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (comparison.json)."""
@@ -80,6 +88,7 @@ class Comparison:
             "batch_unit": self.batch_unit,
             "series": [jsonable(s.__dict__) for s in self.series],
             "answers": [list(r) for r in self.rows],
+            "claims": [jsonable({"batch": b, **c.to_dict()}) for b, c in self.claims],
         }
 
 
@@ -88,7 +97,40 @@ def _grid(values: Sequence[float]) -> np.ndarray:
     return np.geomspace(min(v) / 1.3, max(v) * 1.3, 120) if v else np.array([])
 
 
-def comparison(studies: Sequence[tuple[str, StudyAnalysis]]) -> Comparison:
+def _claims(
+    studies: Sequence[tuple[str, StudyAnalysis]], level: float
+) -> tuple[list[tuple[float, Claim]], list[str]]:
+    """The first study (group) against each other at every batch size where both ran
+    confirm seeds to the same target: "fewer steps", by a one-sided Welch test."""
+    arms = [
+        (label if g.group == "all" else f"{label}: {g.group}", a.target, g.seeds)
+        for label, a in studies
+        for g in a.groups
+    ]
+    out: list[tuple[float, Claim]] = []
+    notes: list[str] = []
+    first, target, seeds = arms[0]
+    for other, other_target, other_seeds in arms[1:]:
+        if seeds is None or other_seeds is None:
+            notes.append(f"{first} vs {other}: no claim tested (a side ran no confirm seeds)")
+            continue
+        if target != other_target:
+            notes.append(
+                f"{first} vs {other}: no claim tested (targets differ: {target} vs "
+                f"{other_target}; pass --target to give both one)"
+            )
+            continue
+        mine = dict(zip(seeds.batch_sizes, seeds.values, strict=False))
+        theirs = dict(zip(other_seeds.batch_sizes, other_seeds.values, strict=False))
+        for b in sorted(set(mine) & set(theirs)):
+            c = claim(first, mine[b], other, theirs[b], "steps", "steps", level)
+            out.append((b, c))
+    return out, notes
+
+
+def comparison(
+    studies: Sequence[tuple[str, StudyAnalysis]], level: float = DEFAULT_LEVEL
+) -> Comparison:
     """The comparison record of ``(label, analysis)`` pairs (pure; see the module docstring)."""
     if len(studies) < 2:
         raise CompareInputError("a comparison needs at least two run dirs")
@@ -156,7 +198,8 @@ def comparison(studies: Sequence[tuple[str, StudyAnalysis]]) -> Comparison:
                 )
             )
             rows.append((name, h.group_text(gh), law_text))
-    return Comparison(units.pop(), tuple(series), tuple(rows))
+    claims, notes = _claims(studies, level)
+    return Comparison(units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes))
 
 
 def draw_steps(rec: Comparison) -> Any:
@@ -206,6 +249,27 @@ def draw_lr(rec: Comparison) -> Any:
     return fig
 
 
+def _claim_blocks(rec: Comparison, level: float) -> list[Any]:
+    """The claims section: the rule, then one sentence per batch size and pair."""
+    from stepscale.analysis.report.blocks import heading, para
+
+    if not rec.claims and not rec.claim_notes:
+        return []
+    out = [
+        heading("Claims"),
+        para(
+            f"At each batch size both studies ran confirm seeds at, the first study is tested "
+            f'against each other: a one-sided Welch t-test of "fewer steps to the target" '
+            f"over the seeds, shown at p < {level:g} (docs/science.md). A claim that does not "
+            "reach the level is not shown with that many seeds, not a result."
+        ),
+    ]
+    unit = rec.batch_unit
+    out += [para(f"batch {b:g} {unit}: {c.sentence()}") for b, c in rec.claims]
+    out += [para(n, "note") for n in rec.claim_notes]
+    return out
+
+
 def _labels(run_dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
     """Study names, with the run dir added where two studies share a name."""
     return [
@@ -230,9 +294,11 @@ def write_comparison(
     outdir = Path(out)
     if outdir.exists() and not outdir.is_dir():
         raise CompareInputError(f"--out {outdir} exists and is not a directory")
-    analyses = [analyze(load(d), targets) for d in dirs]
+    datasets = [load(d) for d in dirs]
+    analyses = [analyze(ds, targets) for ds in datasets]
     labels = _labels(dirs, [a.study or d.name for a, d in zip(analyses, dirs, strict=True)])
-    rec = comparison(list(zip(labels, analyses, strict=True)))
+    level = claim_level(datasets[0].attrs)  # the first study's objective.claim_level
+    rec = comparison(list(zip(labels, analyses, strict=True)), level)
     figdir = outdir / "figures"
     figdir.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, bytes] = {}
@@ -253,6 +319,7 @@ def write_comparison(
         heading("Comparison: " + ", ".join(labels), 1),
         table(["study", "answer", "η*(B) = c·B^α"], rec.rows, "Each study's answer"),
         *(fig(n, captions[n], png) for n, png in pngs.items()),
+        *_claim_blocks(rec, level),
         heading("Run dirs"),
         table(["study", "run dir"], [[lb, str(d)] for lb, d in zip(labels, dirs, strict=True)]),
         para(

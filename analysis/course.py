@@ -7,8 +7,10 @@ steps or examples, and where do loss and gradient-norm spikes occur.
   cross between the same two evaluations still differ — of the confirm seeds (the best
   tune values rerun with new seeds): their means with 95% t-intervals, and the differences ramp − constant with
   Welch intervals. A ramp *saved* steps (examples) when the interval of the difference lies
-  below 0, *cost* them when it lies above, and the study cannot tell otherwise. Without
-  confirm seeds only the best tune trials are compared, without intervals.
+  below 0, *cost* them when it lies above, and the study cannot tell otherwise. Each
+  ramp's claims "fewer steps" and "fewer examples" than the constant batch are tested
+  with a one-sided Welch test at the study's ``objective.claim_level`` (analysis.claims).
+  Without confirm seeds only the best tune trials are compared, without intervals.
 - :func:`spike_table`: per point, trials with a loss spike, spikes counted, divergences and
   the learning rates of trials with and without spikes (the trainer's rule: docs/run-dir.md).
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
+from stepscale.analysis.claims import Claim, claim, claim_level
 from stepscale.analysis.dataset import study_axes
 from stepscale.analysis.load import parameters
 from stepscale.rundir import DIVERGED
@@ -65,6 +68,9 @@ class RampComparison:
     target: float | None
     batch_unit: str
     verdicts: tuple[str, ...]
+    # "the ramp reaches the target in fewer steps (examples) than the constant batch",
+    # each with its one-sided Welch test over the confirm seeds (analysis.claims)
+    claims: tuple[Claim, ...] = ()
 
 
 def _mean_ci(values: Sequence[float]) -> Estimate | None:
@@ -144,6 +150,8 @@ def ramp_comparison(ds: xr.Dataset, best: dict[str, int], batch_unit: str) -> Ra
             "key": key,
         }
     arms, verdicts = [], []
+    claims: list[Claim] = []
+    level = claim_level(ds.attrs)
     for p, r in rows.items():
         ref = None
         if r["ramped"]:
@@ -170,7 +178,11 @@ def ramp_comparison(ds: xr.Dataset, best: dict[str, int], batch_unit: str) -> Ra
         arms.append(arm)
         if ref is not None:
             verdicts.append(_verdict(arm, batch_unit))
-    return RampComparison(tuple(arms), _target(ds), batch_unit, tuple(verdicts))
+            for what, unit in (("steps", "steps"), ("examples", batch_unit)):
+                claims.append(
+                    claim(p, r[what], ref, rows[ref][what], what, unit, level)  # type: ignore[arg-type]
+                )
+    return RampComparison(tuple(arms), _target(ds), batch_unit, tuple(verdicts), tuple(claims))
 
 
 def _target(ds: xr.Dataset) -> float | None:
@@ -254,7 +266,7 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
             SpikeRow(
                 point=p,
                 batch=str(ds[axes.batch.coord].values[idx[0]]) if axes.batch else "—",
-                b2="tuned" if b2_tuned else str(ds[b2c].values[idx[0]]) if b2c else "—",
+                b2="tuned" if b2_tuned else _value(ds[b2c].values[idx[0]]) if b2c else "—",
                 trials=int(idx.size),
                 with_loss_spikes=int((loss[idx] > 0).sum()),
                 loss_spikes=int(loss[idx].sum()),
@@ -269,6 +281,11 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
         int(np.nansum(loss)),
         int(np.nansum(grad)),
     )
+
+
+def _value(v: object) -> str:
+    """A parameter's value as text; floats (e.g. a derived β2) to 4 significant digits."""
+    return f"{v:.4g}" if isinstance(v, float | np.floating) else str(v)
 
 
 def _median(v: np.ndarray) -> float:

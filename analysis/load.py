@@ -142,6 +142,9 @@ def _axes(study: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, tuple
     for p in space.get("parameters", []) or []:
         if isinstance(p, Mapping) and "name" in p:
             out[str(p["name"])] = (str(p.get("role", "")), str(p.get("path", "")))
+    for d in space.get("derived", []) or []:  # values computed from the others (sweeps.derived)
+        if isinstance(d, Mapping) and "name" in d:
+            out[str(d["name"])] = ("derived", str(d.get("path", "")))
     for role in ("nuisance", "fixed", "scientific"):
         for s in study.get(role, []) or []:
             if isinstance(s, Mapping) and "name" in s:
@@ -282,7 +285,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     param_units = _space_units(space)
     quantities = _space_quantities(space)
     params_meta = []
-    for role in ("scientific", "nuisance", "fixed"):
+    for role in ("scientific", "nuisance", "fixed", "derived"):
         aliases = list(
             dict.fromkeys(
                 [a for a, (r, _) in axes.items() if r == role]
@@ -346,6 +349,9 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     target = objective.get("target_loss")
     if isinstance(target, (int, float)) and not isinstance(target, bool):
         attrs["target_loss"] = float(target)
+    level = objective.get("claim_level")  # of claims with statistics (analysis.claims)
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        attrs["claim_level"] = float(level)
     branches = dataset_attr(root)
     if branches is not None:
         attrs["branches"] = branches

@@ -14,7 +14,8 @@ from stepscale.sweeps.storage import StorageSpec
 def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``plan`` with, when ``run_dir`` holds this study already, each point's trials that
     ended (``done``), that will resume (``unfinished``: running or stopped) and that the
-    run would start (``new``), and the totals (``existing: true``)."""
+    run would start (``new``), and the totals (``existing: true``); with confirm seeds, the
+    study's claims so far and the seeds they need (`stepscale.analysis.claim_estimate`)."""
     if not (run_dir / STUDY_JSON).exists():
         return plan | {"existing": False}
     rows = {r["point"]: r for r in study_status(run_dir)["points"]}
@@ -25,8 +26,14 @@ def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         unfinished = row.get(STATES[0], 0) + row.get(STOPPED, 0)
         new = max(p["trials"] - done - unfinished, 0)
         points.append(p | {"done": done, "unfinished": unfinished, "new": new})
+    claims = []
+    if plan.get("confirm_seeds") and any(p["done"] for p in points):
+        from stepscale.analysis.claim_estimate import confirm_estimates  # heavy: only here
+
+        claims = confirm_estimates(run_dir)
     return plan | {
         "existing": True,
+        "claims": claims,
         "points": points,
         "total_done": sum(p["done"] for p in points),
         "total_unfinished": sum(p["unfinished"] for p in points),
@@ -88,6 +95,8 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
             f"  in {run_dir} already: {plan['total_done']} ended, {plan['total_unfinished']} to "
             f"resume; this run would start {plan['total_new']} new trial(s)"
         )
+    for c in plan.get("claims", []):
+        print(f"  claim: {c['estimate']}")
 
 
 def _count(value: int | None) -> str:

@@ -28,6 +28,7 @@ SECTIONS: dict[str, type] = {
     "scientific": schema.ScientificParam,
     "nuisance": schema.NuisanceParam,
     "fixed": schema.FixedParam,
+    "derived": schema.DerivedParam,
 }
 MULTIRUN_FLAGS = ("-m", "--multirun")
 
@@ -80,7 +81,7 @@ def split_added_params(overrides: list[str]) -> tuple[list[str], list[tuple[str,
     other override stays for Hydra."""
     kept, added = [], []
     for o in overrides:
-        m = re.fullmatch(r"\+\+?(scientific|nuisance|fixed)\.([^.=]+)=(.*)", o, re.S)
+        m = re.fullmatch(r"\+\+?(scientific|nuisance|fixed|derived)\.([^.=]+)=(.*)", o, re.S)
         if m is None:
             kept.append(o)
             continue
@@ -113,6 +114,7 @@ _EXAMPLE = {
     "nuisance": "{path: optimizer.b2, type: float, low: 0.9, high: 0.999}",
     "scientific": "{path: data.seq_len, values: [32, 64]}",
     "fixed": "{path: optimizer.weight_decay, value: 0.1}",
+    "derived": '{path: optimizer.b2, expr: "0.5 ** (batch_size * 32 / t2)"}',
 }
 
 

@@ -244,6 +244,8 @@ class Scheduler:
         tree = trial_config(self.cfg, self.trainer, self.space, point, nuisance, seed, folder)
         write_trial_config(folder, tree)
         write_trial_json(folder, record)
+        if "derived" in record and "derived" not in trial.user_attrs:  # the told trial's too
+            self.storage.set_trial_user_attr(trial._trial_id, "derived", record["derived"])
         settings = trial_settings(self.cfg, self.trainer, self.space, point, nuisance, seed)
         spec = self._spec(point, trial, folder, tree, attempt, record["kind"], seed, settings)
         heartbeat.hold(folder, self.owner)

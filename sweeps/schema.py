@@ -95,6 +95,25 @@ class FixedParam:
 
 
 @dataclass
+class DerivedParam:
+    """A trainer value computed from the study's other parameters at every trial
+    (`stepscale.sweeps.derived`), e.g. Adam's β2 from its half-life in tokens:
+    ``{path: optimizer.b2, expr: "0.5 ** (batch_size * seq_len / t2)", low: 0.5, high: 0.9999}``.
+    ``low``/``high`` (optional) bound the value at every point; ``type: int`` rounds it.
+    Without a ``path`` the entry is a named value (e.g. ``t2: {expr: "2048"}``) that later
+    entries use and trial.json records, but no trainer key receives."""
+
+    path: str | None = None  # None: a named intermediate value other entries may use
+    expr: str = "???"
+    low: float | None = None
+    high: float | None = None
+    type: str = "float"  # float | int (rounded to the nearest integer)
+    unit: str | None = None
+    quantity: str | None = None  # batch_size | learning_rate | seq_len (QUANTITIES)
+    description: str | None = None
+
+
+@dataclass
 class BudgetConfig:
     """How many trials per point and how long each trains (one horizon unit only)."""
 
@@ -112,6 +131,9 @@ class ObjectiveConfig:
     kind: str = "steps_to_target"  # steps_to_target | final_eval_loss | min_eval_loss
     target_loss: float | None = None
     stop_at_target: bool = False  # end trials at the target (saves compute, shortens curves)
+    # A comparison's claim ("arm A reaches the target in fewer steps") is shown when its
+    # one-sided Welch test gives p below this (analysis.claims; docs/science.md).
+    claim_level: float = 0.01
 
 
 @dataclass
@@ -215,6 +237,8 @@ class StudyConfig(TrainerConfig):
     scientific: dict[str, ScientificParam] = field(default_factory=dict)
     nuisance: dict[str, NuisanceParam] = field(default_factory=dict)
     fixed: dict[str, FixedParam] = field(default_factory=dict)
+    # values computed from the parameters above by a small safe grammar (sweeps.expr)
+    derived: dict[str, DerivedParam] = field(default_factory=dict)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)

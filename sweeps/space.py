@@ -18,6 +18,7 @@ from typing import Any
 import optuna.distributions as od
 
 from stepscale.sweeps.adaptive_axis import candidates, check_adaptive, initial_values
+from stepscale.sweeps.derived import Derived, build_derived, check_derived
 from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import QUANTITIES, NuisanceParam, StudyConfig
 from stepscale.sweeps.trainer_keys import TRAINER_PATHS
@@ -140,6 +141,8 @@ class SearchSpace:
     # Adaptive batch sizes: the points the study may still add (sweeps.adaptive), disjoint
     # from ``points``; their nuisance ranges are in ``nuisance`` too.
     candidates: tuple[Point, ...] = ()
+    # Values computed from the others at every trial (sweeps.derived), in order.
+    derived: tuple[Derived, ...] = ()
 
     def with_point(self, label: str) -> SearchSpace:
         """This space with the candidate ``label`` made a point (points stay in grid order)."""
@@ -222,10 +225,13 @@ def build_space(cfg: StudyConfig, known: Collection[str] | None = TRAINER_PATHS)
         for p in (*points, *later)
     }
     fixed = {a: (f.path, f.value) for a, f in cfg.fixed.items()}
-    return SearchSpace(
+    space = SearchSpace(
         tuple(points),
         nuisance,
         fixed,
         {a: s.path for a, s in cfg.scientific.items()},
         candidates=tuple(later),
+        derived=build_derived(cfg, known, seen_paths),
     )
+    check_derived(space)  # every point, nuisance ends and middles: before anything runs
+    return space

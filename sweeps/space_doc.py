@@ -1,6 +1,7 @@
 """The standard search-space document (`space.json`, format ``stepscale.search_space/v1``).
 
-One object per parameter (scientific axes, nuisance parameters, fixed values) plus the
+One object per parameter (scientific axes, nuisance parameters, fixed values), the
+derived values (``derived``: name, path, expression and its declared range), plus the
 budget, objective and sampler; validated by ``sweeps/search_space.schema.json`` (see
 ``sweeps.formats``). Stable bytes: sorted keys, bounds typed like their parameter (ints
 for int parameters, floats otherwise), floats in Python's shortest round-trip form, so
@@ -121,12 +122,29 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
         )
         entry["value"] = f.value  # may be null
         params.append(entry)
+    derived = [
+        _drop_none(
+            {
+                "name": alias,
+                "path": d.path,
+                "expr": d.expr,
+                "low": d.low,
+                "high": d.high,
+                "type": None if d.type == "float" else d.type,  # float is the default
+                "unit": d.unit,
+                "quantity": d.quantity,
+                "description": d.description,
+            }
+        )
+        for alias, d in cfg.derived.items()
+    ]
     b = cfg.budget
     doc = {
         "schema": SCHEMA_TAG,
         "name": cfg.name,
         "description": cfg.description,
         "parameters": params,
+        "derived": derived,  # left out when empty
         "budget": _drop_none(
             {
                 "trials_per_point": b.trials_per_point,

@@ -32,7 +32,7 @@ MUTABLE = {
     "heartbeat_timeout_s", "launcher", "storage", "budget.trials_per_point",
     "budget.confirm_seeds", "train.compile_cache_dir", "train.devices", "data.max_microbatch",
     "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
-    "train.distributed_timeout_s", "loggers",
+    "train.distributed_timeout_s", "loggers", "objective.claim_level",
 }  # fmt: skip
 
 
@@ -53,6 +53,8 @@ def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
         else:  # how far it may go, not what a trial means
             axis["adaptive"].pop("max_points", None)
             axis["adaptive"].pop("ci_ratio", None)
+    if not tree.get("derived"):
+        tree.pop("derived", None)  # none: studies from before derived values have no key
     if not tree["sampler"].get("transfer"):
         tree["sampler"].pop("transfer", None)
         tree["sampler"].pop("transfer_width", None)

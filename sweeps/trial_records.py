@@ -7,6 +7,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from stepscale.sweeps.derived import derived_at
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 
@@ -26,9 +27,10 @@ def trial_seed(cfg: StudyConfig, trial: FrozenTrial) -> int:
 def trial_record(
     cfg: StudyConfig, space: SearchSpace, point: Point, trial: FrozenTrial, **fields: Any
 ) -> dict[str, Any]:
-    """What a trial is (its point, number, kind, seed and values), then ``fields`` (its
+    """What a trial is (its point, number, kind, seed and values, derived ones included), then ``fields`` (its
     state, attempts, owner, times…)."""
     nuisance = space.trainer_values(point.label, trial.params)
+    derived = derived_at(space, point.values, nuisance)
     return {
         "trial": f"{point.label}/{trial.number}",
         "point": point.label,
@@ -38,6 +40,7 @@ def trial_record(
         "scientific": {k: jsonable(v) for k, v in point.values.items()},
         "nuisance": {k: jsonable(v) for k, v in nuisance.items()},
         "fixed": {a: jsonable(v) for a, (_, v) in space.fixed.items()},
+        **({"derived": derived} if derived else {}),
         **fields,
     }
 

@@ -2,7 +2,8 @@
 
 A trial's trainer config is the trainer's config tree (the built-in trainer's sections of
 the study config, or ``trainer.config`` of a user's trainer) with the point's scientific
-values, the sampled nuisance values and the fixed values written at their paths, and the
+values, the sampled nuisance values, the fixed values and the derived values
+(`sweeps.derived`) written at their paths, and the
 budget's horizon, the seed and the objective's target where the trainer reads them.
 """
 
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 from stepscale.files import write_json_atomic, write_text_atomic
 from stepscale.rundir import CONFIG_YAML, TRIAL_JSON
 from stepscale.sweeps.builtin import SECTIONS
+from stepscale.sweeps.derived import derived_at
 from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.trainers import BUILTIN, TrainerSpec
@@ -63,6 +65,8 @@ def trial_settings(
     paths = space.paths(point.label)
     settings |= {paths[a]: v for a, v in nuisance.items()}
     settings |= dict(space.fixed.values())
+    derived = derived_at(space, point.values, nuisance)
+    settings |= {d.path: derived[d.name] for d in space.derived if d.path is not None}
     if trainer.kind != BUILTIN:
         study_values = {
             "max_steps": study.budget.max_steps,

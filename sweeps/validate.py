@@ -23,6 +23,10 @@ def check_study(cfg: StudyConfig) -> None:
         )
     if cfg.objective.kind == "steps_to_target" and cfg.objective.target_loss is None:
         raise UsageError("objective.target_loss: steps_to_target needs a target loss")
+    if not 0 < cfg.objective.claim_level < 0.5:
+        raise UsageError(
+            f"objective.claim_level: must be in (0, 0.5), got {cfg.objective.claim_level}"
+        )
     if cfg.parallelism < 1:
         raise UsageError(f"parallelism: must be ≥ 1, got {cfg.parallelism}")
     if cfg.retries < 0:

@@ -365,6 +365,9 @@ def _diff_keys(orig: dict[str, Any], back: dict[str, Any]) -> set[str]:
     for section in ("budget", "objective", "sampler"):
         a, b = orig.get(section) or {}, back.get(section) or {}
         keys |= {f"{section}.{k}" for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    # derived values: only the stepscale document holds them
+    kept = {d["name"]: d for d in back.get("derived") or []}
+    keys |= {f"derived.{d['name']}" for d in orig.get("derived") or [] if kept.get(d["name"]) != d}
     return keys
 
 

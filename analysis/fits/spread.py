@@ -31,6 +31,9 @@ class SeedSpread:
     std: tuple[float, ...]
     min: tuple[float, ...]
     max: tuple[float, ...]
+    # each seed's steps per batch size (NaN: not reached), for tests between studies
+    # (analysis.claims): the interpolated crossings where the analysis has them
+    values: tuple[tuple[float, ...], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: one entry per batch size."""
@@ -59,19 +62,23 @@ class SeedSpread:
         }
 
 
-def spread_over_seeds(batch: ArrayLike, steps: ArrayLike) -> SeedSpread:
+def spread_over_seeds(
+    batch: ArrayLike, steps: ArrayLike, tested: ArrayLike | None = None
+) -> SeedSpread:
     """Mean, std (ddof=1), min and max of steps to target over seeds, per batch size.
 
     One entry per run; NaN/inf steps = not reached (counted in ``n`` but not in the
-    statistics, which are NaN when no run reached the target).
+    statistics, which are NaN when no run reached the target). ``values`` keeps each
+    run's ``tested`` (default: ``steps``; e.g. the interpolated crossings) per batch size.
     """
     b = floats(batch, "batch")
     s = floats(steps, "steps")
+    kept = s if tested is None else np.asarray(tested, dtype=float)
     if b.shape != s.shape:
         raise ValueError(f"batch and steps differ in length: {b.size} vs {s.size}")
     positive_batches(b)
     sizes = np.unique(b)
-    cols: dict[str, list[Any]] = {k: [] for k in ("n", "nr", "mean", "std", "min", "max")}
+    cols: dict[str, list[Any]] = {k: [] for k in ("n", "nr", "mean", "std", "min", "max", "values")}
     for size in sizes:
         rows = s[b == size]
         ok = rows[np.isfinite(rows)]
@@ -81,6 +88,9 @@ def spread_over_seeds(batch: ArrayLike, steps: ArrayLike) -> SeedSpread:
         cols["std"].append(float(ok.std(ddof=1)) if ok.size >= 2 else math.nan)
         cols["min"].append(float(ok.min()) if ok.size else math.nan)
         cols["max"].append(float(ok.max()) if ok.size else math.nan)
+        cols["values"].append(
+            tuple(float(v) if math.isfinite(v) else math.nan for v in kept[b == size])
+        )
     return SeedSpread(
         batch_sizes=tuple(float(v) for v in sizes),
         n=tuple(cols["n"]),
@@ -89,6 +99,7 @@ def spread_over_seeds(batch: ArrayLike, steps: ArrayLike) -> SeedSpread:
         std=tuple(cols["std"]),
         min=tuple(cols["min"]),
         max=tuple(cols["max"]),
+        values=tuple(cols["values"]),
     )
 
 

@@ -81,6 +81,16 @@ def ramp_section(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:
         ),
     ]
     out += [para(v) for v in rec.verdicts]
+    if rec.claims:
+        level = rec.claims[0].level
+        out.append(
+            para(
+                f"Claims, each tested on the confirm seeds with a one-sided Welch t-test at "
+                f"p < {level:g} (docs/science.md); a claim that does not reach the level is "
+                "not shown with that many seeds, not a result:"
+            )
+        )
+        out += [para(c.sentence()) for c in rec.claims]
     if not any(arm.n_seeds for arm in rec.arms):
         out.append(
             para("No confirm seeds ran (budget.confirm_seeds = 0): no intervals.", "warning")

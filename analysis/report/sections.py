@@ -448,4 +448,5 @@ def ablation_section(a: StudyAnalysis) -> list[Block]:
             out.append(para(f"{title}: {probs} (bootstrap over each variant's trials)."))
         if row.warning:
             out.append(para(row.warning, "warning"))
+        out += [para(f"{title}: {c.sentence()}") for c in row.claims]
     return out

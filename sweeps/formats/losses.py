@@ -71,6 +71,7 @@ def describe_losses(orig: dict[str, Any], back: dict[str, Any]) -> list[str]:
         if not _same(None if a is _MISSING else a, None if b is _MISSING else b):
             out.append(f"{key}: {_show(a)} → {_show(b)}")
     out += _param_losses(orig.get("parameters", []), back.get("parameters", []))
+    out += _derived_losses(orig.get("derived") or [], back.get("derived") or [])
     for section in _SECTIONS:
         a, b = orig.get(section), back.get(section)
         if a is None and b is None:
@@ -125,6 +126,30 @@ def _param_losses(orig: list[dict[str, Any]], back: list[dict[str, Any]]) -> lis
             out.append(f"{key}.{field}: {_show(_domain(p))} → {_show(_domain(q))}")
     for q in free.values():
         out.append(f"parameters.{q['name']}: — → {_summary(q)}")
+    return out
+
+
+def _derived_losses(orig: list[dict[str, Any]], back: list[dict[str, Any]]) -> list[str]:
+    """Derived values (``derived``) the conversion dropped or changed; only the stepscale
+    document and a study conf hold them (no other format has derived parameters)."""
+    out: list[str] = []
+    by_name = {d["name"]: d for d in back}
+    for d in orig:
+        key = f"derived.{d['name']}"
+        q = by_name.pop(d["name"], None)
+        if q is None:
+            out.append(
+                f"{key}: {d.get('path', d['name'])} = {d['expr']} → — (the format has no derived "
+                "parameters: compute it in the training script)"
+            )
+            continue
+        for field in sorted(set(d) | set(q)):
+            a, b = d.get(field, _MISSING), q.get(field, _MISSING)
+            if a is _MISSING or b is _MISSING or not _same(a, b):
+                out.append(f"{key}.{field}: {_show(a)} → {_show(b)}")
+    out += [
+        f"derived.{name}: — → {q.get('path', name)} = {q['expr']}" for name, q in by_name.items()
+    ]
     return out
 
 

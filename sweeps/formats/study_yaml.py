@@ -213,6 +213,10 @@ def study_yaml(
     else:
         conf |= _clear_exclusive({p["path"] for p in kept}, notes)
     conf |= {role: group for role, group in groups.items() if group}
+    if doc.get("derived"):  # derived values (sweeps.derived) keep their order
+        conf["derived"] = {
+            d["name"]: {k: v for k, v in d.items() if k != "name"} for d in doc["derived"]
+        }
     if "budget" in doc:
         conf["budget"] = dict(doc["budget"])
     _fit_budget_to_grid(conf, doc.get("sampler"), groups["nuisance"], notes)

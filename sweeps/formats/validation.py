@@ -99,3 +99,30 @@ def _check_semantics(doc: dict[str, Any]) -> None:
             p["values"]
         ):
             raise FormatError(f"{where}.values: values repeat")
+    _check_derived(doc.get("derived") or [], names, paths)
+
+
+def _check_derived(derived: list[dict[str, Any]], names: set[str], paths: dict[str, str]) -> None:
+    """Derived entries: new names, free paths, expressions in the grammar over the
+    parameters and earlier derived values."""
+    from stepscale.sweeps.expr import ExprError, parse
+    from stepscale.sweeps.expr import names as expr_names
+
+    known = set(names)
+    for i, d in enumerate(derived):
+        where = f"$.derived[{i}]"
+        if d["name"] in known:
+            raise FormatError(f"{where}.name: {d['name']!r} appears twice")
+        if d.get("path") in paths:
+            raise FormatError(f"{where}.path: {d['path']} is already set by {paths[d['path']]}")
+        if "path" in d:
+            paths[d["path"]] = d["name"]
+        try:
+            unknown = sorted(expr_names(parse(d["expr"])) - known)
+        except ExprError as exc:
+            raise FormatError(f"{where}.expr: {exc}") from None
+        if unknown:
+            raise FormatError(f"{where}.expr: unknown name {unknown[0]!r}")
+        if "low" in d and "high" in d and d["low"] > d["high"]:
+            raise FormatError(f"{where}: needs low ≤ high, got [{d['low']}, {d['high']}]")
+        known.add(d["name"])
