@@ -1,0 +1,157 @@
+"""An existing script as a study's trainer, end to end through `sweep run` (a stdlib script, no
+PyTorch): settings in its `--key=value` style reach it with the types it asserts (a float
+stays a float when the value is a whole number), its printed lines become metrics.jsonl and
+the status, a run whose output matched nothing fails its attempt quoting the pattern and the
+last lines, `--dry-run --sample-log` tests a pattern, and bad settings exit 2 before
+anything is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import read_jsonl, trials_of
+
+from stepscale import rundir
+
+SWEEP = str(Path(sys.executable).with_name("sweep"))
+
+SCRIPT = """import os, sys
+from ast import literal_eval
+lr = 0.5
+wd = 0.1
+batch = 4
+mode = "ok"
+max_iters = 20
+out_dir = "out"
+for arg in sys.argv[1:]:
+    key, val = arg[2:].split("=", 1)
+    try:
+        value = literal_eval(val)
+    except (ValueError, SyntaxError):
+        value = val
+    assert type(value) is type(globals()[key]), f"--{key}={val}: not a {type(globals()[key]).__name__}"
+    globals()[key] = value
+os.makedirs(out_dir, exist_ok=True)
+print("UserWarning: step 99 is a warning, not a step", file=sys.stderr)
+loss = 4.0
+for step in range(max_iters + 1):
+    if mode == "ok" and step % 5 == 0:
+        print(f"step {step}: train loss {loss:.4f}, val loss {loss + 0.1:.4f}", flush=True)
+    print(f"\\r{step}/{max_iters} [00:00<00:00]", end="")
+    loss *= 1 - 0.05 * lr
+print(f"\\ndone lr={lr!r} wd={wd!r} in {os.path.basename(os.getcwd())}")
+"""
+
+STUDY = """# @package _global_
+trainer:
+  command: ["{python}", train.py, "--out_dir={trial_dir}/out"]
+  cwd: scripts
+  args: {style: "--key=value", names: {optim.lr: lr}}
+  config: {optim: {lr: 0.5}, wd: 0.1, batch: 4, mode: ok, max_iters: 20}
+  keys: {max_steps: max_iters}
+  metrics:
+    source: stdout
+    format: regex
+    pattern: 'step (?P<step>\\d+): train loss (?P<train_loss>\\S+), val loss (?P<val_loss>\\S+)'
+    names: {val_loss: eval_loss}
+scientific:
+  mode: {path: mode, values: [ok, silent]}
+nuisance:
+  lr: {path: optim.lr, type: float, low: 1.0, high: 3.0, step: 1.0}
+fixed:
+  wd: {path: wd, value: 0}
+budget: {trials_per_point: 1, max_steps: 20}
+objective: {kind: steps_to_target, target_loss: 3.0}
+retries: 0
+launcher: {name: process}
+"""
+
+LOG = """Loading...
+UserWarning: something
+step 0: train loss 4.0000, val loss 4.1000
+\r1/20 [..]\r2/20 [..]
+step 5: train loss 3.1000, val loss nan
+"""
+
+
+def sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real console script."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run(
+        [SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("script")
+    (root / "conf").mkdir()
+    (root / "conf" / "script.yaml").write_text(STUDY)
+    (root / "scripts").mkdir()
+    (root / "scripts" / "train.py").write_text(SCRIPT)
+    return root
+
+
+@pytest.mark.slow
+def test_a_script_in_its_own_style_runs_as_a_study(project: Path) -> None:
+    run_dir = project / "run"
+    res = sweep(
+        "run", "conf=script", "--config-dir", str(project), f"run_dir={run_dir}", cwd=project
+    )
+    assert res.returncode == 0, res.stderr
+    trials = {label: rs[0] for label, rs in trials_of(run_dir).items()}
+    ok = run_dir / "trials" / "mode=ok" / "0"
+    assert trials["mode=ok"]["state"] == "complete", trials
+    logs = b"".join(p.read_bytes() for p in (ok / "logs").glob("*.out")).decode()
+    # the script asserted its types: the sampled whole-number lr and the YAML's 0 are floats
+    lr = json.loads((ok / rundir.CONFIG_JSON).read_text())["optim"]["lr"]
+    assert float(lr).is_integer() and f"done lr={lr!r} wd=0.0 in scripts" in logs
+    assert "\r20/20" in logs  # the script's output is kept whole in the trial's logs
+    records = read_jsonl(ok / rundir.METRICS_JSONL)  # written by the job from the lines
+    assert [r["step"] for r in records] == [0, 5, 10, 15, 20]
+    assert records[0] == {"step": 0, "train_loss": 4.0, "eval_loss": 4.1}
+    status = json.loads((ok / rundir.STATUS_JSON).read_text())
+    assert status["steps_done"] == 20 and status["steps_to_target"] is not None
+    assert (ok / "out").is_dir()  # {trial_dir} filled in the command
+    silent = trials["mode=silent"]  # matched no line: the attempt fails, saying why
+    assert silent["state"] == "failed"
+    assert "no line of the trainer's stdout gave a record" in silent["error"]
+    assert "regex 'step (?P<step>" in silent["error"] and "done lr=" in silent["error"]
+
+
+def test_a_sample_log_shows_the_records_a_trial_would_give(project: Path) -> None:
+    (project / "sample.log").write_text(LOG)
+    args = ["run", "conf=script", "--config-dir", str(project), "--dry-run"]
+    res = sweep(*args, "--sample-log", "sample.log", cwd=project)
+    assert res.returncode == 0, res.stderr
+    records = [json.loads(line) for line in res.stdout.splitlines()]
+    assert records == [
+        {"step": 0, "train_loss": 4.0, "eval_loss": 4.1},
+        {"step": 5, "train_loss": 3.1, "eval_loss": None},
+    ]
+    assert "2 records from 6 lines" in res.stderr and "eval_loss at 2 steps" in res.stderr
+    (project / "other.log").write_text("loss=1.0\n")
+    res = sweep(*args, "--sample-log", "other.log", cwd=project)
+    assert res.returncode == 2 and "loss=1.0" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bad_script_settings_exit_2_naming_the_key(project: Path) -> None:
+    # (every refusal is unit-tested in test_script_output.py; two through the CLI here)
+    cases = {
+        "trainer.metrics.pattern": ["trainer.metrics.pattern='(?P<step>\\d+'"],
+        "trainer.cwd: 'nowhere'": ["trainer.cwd=nowhere"],
+    }
+    for message, extra in cases.items():
+        run_dir = project / "bad"
+        res = sweep(
+            "run", "conf=script", "--config-dir", str(project), f"run_dir={run_dir}", *extra,
+            cwd=project,
+        )  # fmt: skip
+        assert res.returncode == 2, (message, res.stderr)
+        assert message in res.stderr and "Traceback" not in res.stderr
+        assert not run_dir.exists()
