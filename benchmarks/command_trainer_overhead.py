@@ -207,17 +207,24 @@ def trial_phases(run_dir: Path) -> list[dict[str, float]]:
             rows.append(
                 {
                     "asked": trial.datetime_start.timestamp(),
-                    "submitted": next(logs.glob("*_submitted.pkl")).stat().st_mtime,
+                    # submitit's pickles: a process per trial only (warm workers have none)
+                    "submitted": _mtime(logs, "*_submitted.pkl"),
                     "job": next(e["time"] for e in events if e["event"] == "start"),
                     "program": recs[0]["t0"],
                     "first": recs[0]["t"],
                     "last": recs[-1]["t"],
                     "status": (folder / "status.json").stat().st_mtime,
-                    "result": next(logs.glob("*_result.pkl")).stat().st_mtime,
+                    "result": _mtime(logs, "*_result.pkl"),
                     "told": trial.datetime_complete.timestamp(),
                 }
             )
     return sorted(rows, key=lambda r: r["asked"])
+
+
+def _mtime(folder: Path, pattern: str) -> float | None:
+    """The modification time of the file ``pattern`` names in ``folder``, if there is one."""
+    found = next(folder.glob(pattern), None)
+    return found.stat().st_mtime if found is not None else None
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -280,15 +287,17 @@ def measure(path: str, args: argparse.Namespace) -> dict[str, Any]:
     own_startup = statistics.median(h["wall"] - h["program_to_last"] for h in hand)
     spans = {
         "asked_to_job_start": [r["job"] - r["asked"] for r in rows],
-        "asked_to_submitted": [r["submitted"] - r["asked"] for r in rows],
-        "submitted_to_job_start": [r["job"] - r["submitted"] for r in rows],
+        "asked_to_submitted": [r["submitted"] - r["asked"] for r in rows if r["submitted"]],
+        "submitted_to_job_start": [r["job"] - r["submitted"] for r in rows if r["submitted"]],
         "job_start_to_program_start": [r["program"] - r["job"] for r in rows],
         "program_start_to_first_report": [r["first"] - r["program"] for r in rows],
         "program_start_to_last_report": [r["last"] - r["program"] for r in rows],
         "last_report_to_told": [r["told"] - r["last"] for r in rows],
         "last_report_to_status_written": [r["status"] - r["last"] for r in rows],
-        "status_written_to_result_pickled": [r["result"] - r["status"] for r in rows],
-        "result_pickled_to_told": [r["told"] - r["result"] for r in rows],
+        "status_written_to_result_pickled": [
+            r["result"] - r["status"] for r in rows if r["result"]
+        ],
+        "result_pickled_to_told": [r["told"] - r["result"] for r in rows if r["result"]],
         "asked_to_told": [r["told"] - r["asked"] for r in rows],
         "told_to_next_asked": [b["asked"] - a["told"] for a, b in itertools.pairwise(rows)],
         "orchestration_overhead": [
