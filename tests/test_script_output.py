@@ -121,6 +121,7 @@ def test_json_lines_among_other_output() -> None:
         '{"iteration": 10, "loss": 3.1}\n'
         '[INFO] {"iteration": 20, "loss": 2.0, "val": null, "ok": true}\n' + BAR + "\n"
         '{"iteration": 30, "val": NaN}\n'
+        '{"val": 1.5}\n'  # no step: it belongs to step 30
     )
     names = {"iteration": "step", "val": "eval_loss"}
     records = parse({"source": "stderr", "format": "json", "names": names}, log)
@@ -128,6 +129,7 @@ def test_json_lines_among_other_output() -> None:
     assert records[1] == {"step": 10, "loss": 3.1}
     assert records[2]["step"] == 20 and records[2]["loss"] == 2.0 and "ok" not in records[2]
     assert nan_at(records, 20, "eval_loss") and nan_at(records, 30, "eval_loss")
+    assert records[-1] == {"step": 30, "eval_loss": 1.5} and len(records) == 5
 
 
 def test_csv_with_a_header_row_empty_cells_and_a_repeated_header() -> None:
@@ -136,7 +138,8 @@ def test_csv_with_a_header_row_empty_cells_and_a_repeated_header() -> None:
         "epoch,step,train_loss,val_loss\n"
         "0,0,,4.2\n"
         "0,10,3.0,\n"
-        "0,20,2.5,2.6\n"
+        "0,20,2.5,\n" + BAR + "\n"
+        "0,,,2.6\n"  # the validation row of step 20, without its step
         "epoch,step,train_loss,val_loss\n"  # a resumed logger writes its header again
         "1,30,nan,nan\n"
         "garbage,row\n"
@@ -144,12 +147,13 @@ def test_csv_with_a_header_row_empty_cells_and_a_repeated_header() -> None:
     records = parse(
         {"source": "metrics.csv", "format": "csv", "names": {"val_loss": "eval_loss"}}, log
     )
-    assert records[:3] == [
+    assert records[:4] == [
         {"step": 0, "epoch": 0.0, "eval_loss": 4.2},
         {"step": 10, "epoch": 0.0, "train_loss": 3.0},
-        {"step": 20, "epoch": 0.0, "train_loss": 2.5, "eval_loss": 2.6},
+        {"step": 20, "epoch": 0.0, "train_loss": 2.5},
+        {"step": 20, "epoch": 0.0, "eval_loss": 2.6},
     ]
-    assert nan_at(records, 30, "eval_loss") and len(records) == 4
+    assert nan_at(records, 30, "eval_loss") and len(records) == 5
 
 
 def test_text_arrives_in_pieces_and_the_last_line_needs_no_newline(tmp_path: Path) -> None:

@@ -155,3 +155,83 @@ def test_bad_script_settings_exit_2_naming_the_key(project: Path) -> None:
         assert res.returncode == 2, (message, res.stderr)
         assert message in res.stderr and "Traceback" not in res.stderr
         assert not run_dir.exists()
+
+
+# ------------------------------------------------- a retried trial, in the job itself
+
+RESUMABLE = """import os, sys
+fail_at, resume = 99, False
+for arg in sys.argv[1:]:
+    key, val = arg[2:].split("=", 1)
+    globals()[key] = int(val) if key == "fail_at" else val == "True"
+attempt = int(os.environ["STEPSCALE_ATTEMPT"])
+start = 10 if resume else 0  # its own checkpoint is at step 10
+print("resumed from 10" if resume else "from scratch")
+for step in range(start, 21, 5):
+    print(f"step {step}: val loss {3 - step / 10 + attempt / 1000:.3f}", flush=True)
+    if attempt == 1 and step == fail_at:
+        sys.exit(3)
+"""
+
+
+def run_job(folder: Path, attempt: int, resume_args: list[str]) -> dict:
+    """One attempt of a trial, run by the trial job's own code (no orchestrator)."""
+    from stepscale.sweeps.job import run_trial
+    from stepscale.sweeps.storage import StorageSpec
+    from stepscale.sweeps.trainers import read_trainer
+    from stepscale.sweeps.trial_spec import TrialSpec
+
+    metrics = {
+        "source": "stdout",
+        "format": "regex",
+        "pattern": r"step (?P<step>\d+): val loss (?P<eval_loss>\S+)",
+    }
+    trainer = read_trainer(
+        {
+            "command": ["{python}", "train.py"],
+            "args": "--key=value",
+            "metrics": metrics,
+            "resume_args": resume_args,
+        },
+        [folder.parent],
+    )
+    spec = TrialSpec(
+        trial="p/0", study_name="s/p", trial_id=0, number=0, trial_dir=str(folder), config={},
+        storage=StorageSpec("journal", str(folder / "unused.journal")), trainer=trainer, seed=0,
+        target_loss=None, pruner=None, horizon=20, attempt=attempt, settings={"fail_at": 10},
+    )  # fmt: skip
+    saved = dict(os.environ)
+    try:
+        return run_trial(spec)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.mark.parametrize("resume_args", [[], ["--resume=True"]])
+def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
+    tmp_path: Path, resume_args: list[str]
+) -> None:
+    from stepscale.sweeps.command_job import CommandFailed
+
+    (tmp_path / "train.py").write_text(RESUMABLE)
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    with pytest.raises(
+        CommandFailed,
+        match=r"(?s)exited with code 3; the last lines of its stdout:\n.*step 10: val loss 2.001",
+    ):
+        run_job(folder, 1, resume_args)
+    assert [r["eval_loss"] for r in read_jsonl(folder / rundir.METRICS_JSONL)] == [
+        3.001,
+        2.501,
+        2.001,
+    ]
+    status = run_job(folder, 2, resume_args)
+    assert status["state"] == "complete" and status["steps_done"] == 20
+    losses = [r["eval_loss"] for r in read_jsonl(folder / rundir.METRICS_JSONL)]
+    events = [e["event"] for e in read_jsonl(folder / rundir.EVENTS_JSONL)]
+    if resume_args:  # the records before its checkpoint are kept, the rest replaced
+        assert losses == [3.001, 2.501, 2.002, 1.502, 1.002] and events == ["start", "resume"]
+    else:  # no way to resume: it starts again from step 0, its records replace the old ones
+        assert losses == [3.002, 2.502, 2.002, 1.502, 1.002] and events == ["start", "start"]
