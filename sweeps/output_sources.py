@@ -79,8 +79,9 @@ class PipeSource:
 
 
 class FileSource:
-    """A file the script writes (a CSV log, a text log), followed as it grows; a file
-    replaced or cut short is read again from its start."""
+    """A file the script writes (a CSV log, a text log), followed as it grows from where it
+    ended when the program started (an earlier attempt's lines are not this run's); a
+    file replaced or cut short is read again from its start."""
 
     parsed = True
 
@@ -91,6 +92,21 @@ class FileSource:
         self.stream = RecordStream(spec)
         self.offset = 0
         self.inode: int | None = None
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return
+        self.inode, self.offset = st.st_ino, st.st_size
+        self._header_of_earlier_lines()
+
+    def _header_of_earlier_lines(self) -> None:
+        """Read the lines already there without keeping their records: a CSV appended to
+        keeps its header, the current step is known."""
+        with open(self.path, "rb") as f:
+            data = f.read(self.offset)
+        self.stream.feed(data.decode("utf-8", errors="replace"))
+        self.stream.records = self.stream.lines = 0
+        self.stream.last_lines.clear()
 
     def read_new(self) -> list[dict[str, Any]]:
         """Records of the lines completed since the last call."""

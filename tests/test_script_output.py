@@ -309,3 +309,16 @@ def test_bad_trainer_settings_are_refused_naming_the_key(tmp_path: Path) -> None
     )
     assert ok.cwd == str(tmp_path) and ok.stop_signal == signal.SIGINT
     assert read_args(None, None) == ArgsSpec()
+
+
+def test_a_file_source_starts_where_the_file_ended_and_keeps_its_csv_header(tmp_path: Path) -> None:
+    path = tmp_path / "log.csv"
+    path.write_text("step,val_loss\n0,4.0\n10,3.0\n")  # an earlier attempt's lines
+    spec = read_metrics({"source": "log.csv", "format": "csv", "names": {"val_loss": "eval_loss"}})
+    follow = FileSource(spec, path)
+    assert follow.read_new() == [] and follow.stream.records == 0
+    with open(path, "a") as f:
+        f.write("20,2.0\n")  # appended: the header read before still names the columns
+    assert follow.read_new() == [{"step": 20, "eval_loss": 2.0}]
+    path.write_text("step,val_loss\n0,4.5\n")  # rewritten by a run that starts again
+    assert follow.read_new() == [{"step": 0, "eval_loss": 4.5}]
