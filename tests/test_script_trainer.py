@@ -235,3 +235,63 @@ def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
         assert losses == [3.001, 2.501, 2.002, 1.502, 1.002] and events == ["start", "resume"]
     else:  # no way to resume: it starts again from step 0, its records replace the old ones
         assert losses == [3.002, 2.502, 2.002, 1.502, 1.002] and events == ["start", "start"]
+
+
+# ------------------------------------------------- a stop reaches the script as its signal
+
+STOPPABLE = """import os, signal, sys, time
+out_dir = "."
+for arg in sys.argv[1:]:
+    key, val = arg[2:].split("=", 1)
+    globals()[key] = val
+os.makedirs(out_dir, exist_ok=True)
+
+def note(signum, frame):
+    with open(os.path.join(out_dir, "signal.txt"), "a") as f:
+        f.write(signal.Signals(signum).name + "\\n")
+    sys.exit(0)  # stopped early: the trial is not finished
+
+signal.signal(signal.SIGINT, note)
+signal.signal(signal.SIGTERM, note)
+for step in range(0, 1000, 10):
+    print(f"step {step}: train loss 3.0, val loss {3 - step / 1000}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_sweep_stop_sends_the_scripts_stop_signal(project: Path) -> None:
+    from helpers import wait_for
+
+    (project / "scripts" / "stoppable.py").write_text(STOPPABLE)
+    run_dir = project / "stopped"
+    args = [
+        "run", "conf=script", "--config-dir", str(project), f"run_dir={run_dir}",
+        "trainer.command=['{python}',stoppable.py,'--out_dir={trial_dir}/out']",
+        "trainer.args=none", "+trainer.stop_signal=SIGINT", "scientific.mode.values=[ok]",
+        "budget.max_steps=990", "launcher.name=local",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.Popen(
+        [SWEEP, *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    trial = run_dir / "trials" / "mode=ok" / "0"
+    try:
+        metrics = trial / rundir.METRICS_JSONL
+        wait_for(
+            lambda: proc.poll() is not None or metrics.exists() and len(read_jsonl(metrics)) >= 3,
+            120,
+        )
+        assert proc.poll() is None, proc.communicate()
+        stop = sweep("stop", str(run_dir), cwd=project)
+        assert stop.returncode == 0, stop.stderr
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 0 and "stopped on request" in err, err
+    assert (trial / "out" / "signal.txt").read_text() == "SIGINT\n"  # not SIGTERM
+    record = json.loads((trial / rundir.TRIAL_JSON).read_text())
+    assert record["state"] not in ("failed", "complete"), record  # resumes next time
