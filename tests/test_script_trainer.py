@@ -280,7 +280,7 @@ def test_sweep_stop_sends_the_scripts_stop_signal(project: Path) -> None:
     try:
         metrics = trial / rundir.METRICS_JSONL
         wait_for(
-            lambda: proc.poll() is not None or metrics.exists() and len(read_jsonl(metrics)) >= 3,
+            lambda: proc.poll() is not None or (metrics.exists() and len(read_jsonl(metrics)) >= 3),
             120,
         )
         assert proc.poll() is None, proc.communicate()
