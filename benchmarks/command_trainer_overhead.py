@@ -1,6 +1,14 @@
-"""What does running a command trainer as a trial cost, per trial, over running it by hand?
+"""What does running a command trainer as a trial cost, per trial, over running it by hand,
+and what does reading its metrics from its own printed lines cost beside the JSON path?
 
-A tiny Python command trainer (stdlib + `stepscale.client`; it records `time.time()` on its
+Two paths, each measured the same way: ``jsonl`` (the trainer appends stepscale's records
+to metrics.jsonl through `stepscale.client`) and ``stdout`` (an unmodified script prints
+``step N: eval loss X t T`` lines among progress lines; the job reads its stdout through a
+pipe with a ``trainer.metrics`` regex and writes metrics.jsonl itself). Beside them, the
+line formats' own speed: lines parsed per second by each registered format on a realistic
+log (one line in ten a metric line, the rest progress bars and warnings).
+
+For the jsonl path: a tiny Python command trainer (stdlib + `stepscale.client`; it records `time.time()` on its
 first line, before any import, then trains 20 trivial steps with no sleeps and reports an
 eval loss and the time every 5 steps) runs
 
@@ -29,7 +37,8 @@ median wall time of a run by hand (goal: at most 1.5 s). For reference it also t
 job process imports before it can start the program). Ends with one JSON line.
 
     python benchmarks/command_trainer_overhead.py [--points 6] [--trials-per-point 2]
-        [--by-hand 10] [--poll-s S]   # S: the study's launcher.poll_s (default: its own)
+        [--by-hand 10] [--poll-s S] [--paths jsonl,stdout] [--parse-lines 200000]
+        # S: the study's launcher.poll_s (default: its own)
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -50,6 +60,7 @@ from stepscale.sweeps.schema import LauncherConfig
 
 STEPS = 20
 REPORT_EVERY = 5
+NOISE = 20  # progress lines a step of the printing trainer prints
 
 TRAINER = f"""import time; T0 = time.time()  # first line: when this program began to run
 from stepscale import client
@@ -68,6 +79,33 @@ for step in range(1, steps + 1):
         first = {{}}
 """
 
+# The same training printed as an unmodified script would: its settings from config.json
+# (no stepscale import), a progress line every step, a metric line every REPORT_EVERY steps.
+PRINTER = f"""import time; T0 = time.time()  # first line: when this program began to run
+import json, os, sys
+
+train = json.load(open(os.environ["STEPSCALE_CONFIG"])).get("train", {{}}) if "STEPSCALE_CONFIG" in os.environ else {{}}
+steps = int(train.get("steps", {STEPS}))
+lr = float(train.get("lr", 0.1))
+w, first = 0.0, " t0 %r" % T0
+print("UserWarning: nothing to see", file=sys.stderr)
+for step in range(1, steps + 1):
+    w -= lr * 2.0 * (w - 1.0)
+    for k in range({NOISE}):
+        print(f"\\r{{step}}/{{steps}} [{{k}}] it/s", end="")
+    if step % {REPORT_EVERY} == 0 or step == steps:
+        loss = (w - 1.0) ** 2 + 0.01
+        print(f"\\nstep {{step}}: eval loss {{loss!r}} t {{time.time()!r}}{{first}}", flush=True)
+        first = ""
+"""
+PATTERN = r"step (?P<step>\d+): eval loss (?P<eval_loss>\S+) t (?P<t>\S+)(?: t0 (?P<t0>\S+))?"
+METRICS = f"""  metrics:
+    source: stdout
+    format: regex
+    pattern: '{PATTERN}'
+  args: none
+"""
+
 STUDY = """# @package _global_
 # Benchmark: a trivial command trainer, {n} trials; only the per-trial overhead matters.
 trainer:
@@ -77,7 +115,7 @@ trainer:
   keys:
     max_steps: train.steps
     seed: train.seed
-scientific:
+{metrics}scientific:
   width:
     path: train.width
     values: {values}
@@ -116,11 +154,25 @@ def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def printed_records(text: str) -> list[dict[str, Any]]:
+    """The records of the printing trainer's output, read as a trial's job reads them."""
+    from stepscale.sweeps.line_formats import parse_text, read_metrics
+
+    spec = read_metrics({"source": "stdout", "format": "regex", "pattern": PATTERN})
+    return parse_text(spec, text)[0]
+
+
 def by_hand(script: Path, folder: Path, env: dict[str, str]) -> dict[str, float]:
     """One run of the trainer by hand: its wall time and its own spans."""
     start = time.time()
-    wall = timed([sys.executable, str(script)], folder, env)
-    recs = records(folder / "metrics.jsonl")
+    res = subprocess.run(
+        [sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True
+    )
+    wall = time.time() - start
+    if res.returncode != 0:
+        raise SystemExit(f"{script} failed:\n{res.stderr[-3000:]}")
+    printing = script.name == "printer.py"
+    recs = printed_records(res.stdout) if printing else records(folder / "metrics.jsonl")
     t0 = recs[0]["t0"]
     return {
         "wall": wall,
@@ -150,22 +202,29 @@ def trial_phases(run_dir: Path) -> list[dict[str, float]]:
             events = [
                 json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
             ]
-            recs = records(folder / "metrics.jsonl")
+            recs = records(folder / "metrics.jsonl")  # the job's, for either path
             logs = folder / "logs"
             rows.append(
                 {
                     "asked": trial.datetime_start.timestamp(),
-                    "submitted": next(logs.glob("*_submitted.pkl")).stat().st_mtime,
+                    # submitit's pickles: a process per trial only (warm workers have none)
+                    "submitted": _mtime(logs, "*_submitted.pkl"),
                     "job": next(e["time"] for e in events if e["event"] == "start"),
                     "program": recs[0]["t0"],
                     "first": recs[0]["t"],
                     "last": recs[-1]["t"],
                     "status": (folder / "status.json").stat().st_mtime,
-                    "result": next(logs.glob("*_result.pkl")).stat().st_mtime,
+                    "result": _mtime(logs, "*_result.pkl"),
                     "told": trial.datetime_complete.timestamp(),
                 }
             )
     return sorted(rows, key=lambda r: r["asked"])
+
+
+def _mtime(folder: Path, pattern: str) -> float | None:
+    """The modification time of the file ``pattern`` names in ``folder``, if there is one."""
+    found = next(folder.glob(pattern), None)
+    return found.stat().st_mtime if found is not None else None
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -173,22 +232,15 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 3), "max": round(max(values), 3)}
 
 
-def main() -> None:
-    """Run the study and the runs by hand; print the JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--points", type=int, default=6, help="values of the scientific axis")
-    parser.add_argument("--trials-per-point", type=int, default=2)
-    parser.add_argument("--by-hand", type=int, default=10, help="runs of the trainer by hand")
-    parser.add_argument("--reference-runs", type=int, default=5, help="of each import timing")
-    parser.add_argument("--poll-s", type=float, default=None, help="launcher.poll_s override")
-    args = parser.parse_args()
+def measure(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run the study of one path (jsonl or stdout) and the runs by hand; its figures."""
     sweep = str(Path(sys.executable).with_name("sweep"))
     env = clean_env()
     n_trials = args.points * args.trials_per_point
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve()
-        script = root / "trainer.py"
-        script.write_text(TRAINER)
+        script = root / ("printer.py" if path == "stdout" else "trainer.py")
+        script.write_text(PRINTER if path == "stdout" else TRAINER)
         (root / "conf").mkdir()
         (root / "conf" / "bench_cmd.yaml").write_text(
             STUDY.format(
@@ -197,6 +249,7 @@ def main() -> None:
                 steps=STEPS,
                 values=list(range(1, args.points + 1)),
                 per_point=args.trials_per_point,
+                metrics=METRICS if path == "stdout" else "",
             )
         )
         hand_dir = root / "by_hand"
@@ -223,7 +276,7 @@ def main() -> None:
         sweep_start = time.time()
         sweep_wall = timed(cmd, root, env)
         sweep_end = sweep_start + sweep_wall
-        print(f"sweep run: {n_trials} trials in {sweep_wall:.2f} s", file=sys.stderr)
+        print(f"sweep run ({path}): {n_trials} trials in {sweep_wall:.2f} s", file=sys.stderr)
         hand += hand_and_refs(
             args.by_hand - args.by_hand // 2, args.reference_runs - args.reference_runs // 2
         )
@@ -234,15 +287,17 @@ def main() -> None:
     own_startup = statistics.median(h["wall"] - h["program_to_last"] for h in hand)
     spans = {
         "asked_to_job_start": [r["job"] - r["asked"] for r in rows],
-        "asked_to_submitted": [r["submitted"] - r["asked"] for r in rows],
-        "submitted_to_job_start": [r["job"] - r["submitted"] for r in rows],
+        "asked_to_submitted": [r["submitted"] - r["asked"] for r in rows if r["submitted"]],
+        "submitted_to_job_start": [r["job"] - r["submitted"] for r in rows if r["submitted"]],
         "job_start_to_program_start": [r["program"] - r["job"] for r in rows],
         "program_start_to_first_report": [r["first"] - r["program"] for r in rows],
         "program_start_to_last_report": [r["last"] - r["program"] for r in rows],
         "last_report_to_told": [r["told"] - r["last"] for r in rows],
         "last_report_to_status_written": [r["status"] - r["last"] for r in rows],
-        "status_written_to_result_pickled": [r["result"] - r["status"] for r in rows],
-        "result_pickled_to_told": [r["told"] - r["result"] for r in rows],
+        "status_written_to_result_pickled": [
+            r["result"] - r["status"] for r in rows if r["result"]
+        ],
+        "result_pickled_to_told": [r["told"] - r["result"] for r in rows if r["result"]],
         "asked_to_told": [r["told"] - r["asked"] for r in rows],
         "told_to_next_asked": [b["asked"] - a["told"] for a, b in itertools.pairwise(rows)],
         "orchestration_overhead": [
@@ -251,7 +306,8 @@ def main() -> None:
     }
     asked_to_told = statistics.median(spans["asked_to_told"])
     above = asked_to_told - hand_wall
-    result = {
+    return {
+        "path": path,
         "n_trials": len(rows),
         "steps_per_trial": STEPS,
         "poll_s": args.poll_s if args.poll_s is not None else LauncherConfig().poll_s,
@@ -275,6 +331,71 @@ def main() -> None:
         "goal_s": 1.5,
         "meets_goal": bool(above <= 1.5),
     }
+
+
+def realistic_log(n_lines: int) -> dict[str, str]:
+    """A log of ``n_lines`` per format: one line in ten a metric line, the rest progress
+    bars (redrawn with carriage returns) and warnings."""
+    noise = ["\r 45%|████▌     | 45/100 [00:01<00:02, 30.1it/s]" * 3, "UserWarning: x is slow"]
+    metric = {
+        "kv_colon": "step: {s}  loss: 2.{s}  val_loss: 2.5",
+        "kv_equals": "step={s} loss=2.{s} val_loss=2.5",
+        "json": '{{"step": {s}, "loss": 2.{s}, "val_loss": 2.5}}',
+        "csv": "{s},2.{s},2.5",
+        "regex": "step {s}: train loss 2.{s}, val loss 2.5",
+    }
+    logs = {}
+    for name, line in metric.items():
+        rows = ["step,loss,val_loss"] if name == "csv" else []
+        for i in range(n_lines - len(rows)):
+            rows.append(line.format(s=i) if i % 10 == 0 else noise[i % 2])
+        logs[name] = "\n".join(rows) + "\n"
+    return logs
+
+
+def parse_speed(n_lines: int) -> dict[str, dict[str, float]]:
+    """Lines per second each registered format reads (in-process, best of 3)."""
+    from stepscale.sweeps.line_formats import RecordStream, read_metrics
+
+    pattern = r"step (?P<step>\d+): train loss (?P<loss>\S+), val loss (?P<val_loss>\S+)"
+    out = {}
+    for name, text in realistic_log(n_lines).items():
+        spec = {"source": "stdout", "format": name, "names": {"val_loss": "eval_loss"}}
+        if name == "regex":
+            spec["pattern"] = pattern
+        best = math.inf
+        for _ in range(3):
+            stream = RecordStream(read_metrics(spec))
+            start = time.perf_counter()
+            records = stream.feed(text)
+            best = min(best, time.perf_counter() - start)
+        assert len(records) == n_lines // 10, (name, len(records))
+        out[name] = {"lines_per_s": round(n_lines / best), "records": len(records)}
+    return out
+
+
+def main() -> None:
+    """Measure each path and the formats' speed; print the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--points", type=int, default=6, help="values of the scientific axis")
+    parser.add_argument("--trials-per-point", type=int, default=2)
+    parser.add_argument("--by-hand", type=int, default=10, help="runs of the trainer by hand")
+    parser.add_argument("--reference-runs", type=int, default=5, help="of each import timing")
+    parser.add_argument("--poll-s", type=float, default=None, help="launcher.poll_s override")
+    parser.add_argument("--paths", default="jsonl,stdout", help="which paths to measure")
+    parser.add_argument("--parse-lines", type=int, default=200_000, help="log lines per format")
+    args = parser.parse_args()
+    paths = {p: measure(p, args) for p in args.paths.split(",")}
+    result: dict[str, Any] = {"paths": paths, "parse": parse_speed(args.parse_lines)}
+    if {"jsonl", "stdout"} <= set(paths):
+        result["stdout_minus_jsonl_asked_to_told_s"] = round(
+            paths["stdout"]["asked_to_told_median_s"] - paths["jsonl"]["asked_to_told_median_s"], 3
+        )
+        result["stdout_minus_jsonl_overhead_s"] = round(
+            paths["stdout"]["overhead_above_startup_s"]
+            - paths["jsonl"]["overhead_above_startup_s"],
+            3,
+        )
     print(json.dumps(result, sort_keys=True))
 
 

@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--dry-run", action="store_true", help="print the plan and launch nothing")
     run.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    run.add_argument(
+        "--sample-log",
+        metavar="FILE",
+        help="with --dry-run: print the records trainer.metrics reads from FILE (a log the "
+        "script printed) and launch nothing",
+    )
     run.add_argument("--json", action="store_true", help="machine-readable output")
     run.add_argument(
         "--report",
@@ -112,6 +118,7 @@ def _dispatch(args: argparse.Namespace, argv_hint: list[str] | None = None) -> i
             argv=argv,
             detach=args.detach,
             report=args.report,
+            sample_log=args.sample_log,
         )
     if args.command == "status":
         from stepscale.sweeps.status_cmd import print_status

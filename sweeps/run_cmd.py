@@ -45,10 +45,16 @@ def run_study(
     argv: list[str],
     detach: bool = False,
     report: bool = False,
+    sample_log: str | None = None,
 ) -> int:
     """The `sweep run` command; returns the exit code. At its end it prints the study's
     answer (analysis.headline) and the `sweep report` command; ``report`` renders the
-    report at once."""
+    report at once; ``sample_log`` (with ``dry_run``): the records the trainer's metrics
+    settings read from that log (`sweeps.sample_log`), instead of the plan."""
+    if sample_log is not None and not dry_run:
+        raise UsageError(
+            "--sample-log checks the metrics settings on a log: give it with --dry-run"
+        )
     raw, cfg, choices = prepare_study(overrides, config_dir)
     if print_cfg:
         print(redact(OmegaConf.to_yaml(raw)), end="")
@@ -67,6 +73,10 @@ def run_study(
     check_study(cfg)
     check_launch(cfg, detach=detach)
     trainer, settable = study_trainer(cfg, config_dir)
+    if sample_log is not None:
+        from stepscale.sweeps.sample_log import check_sample_log
+
+        return check_sample_log(trainer, sample_log)
     space = build_space(cfg, settable)
     sizes = plan_points(cfg, space, trainer)
     check_grid(cfg, space)

@@ -232,7 +232,9 @@ class StudyConfig(TrainerConfig):
 
     # The trainer of every trial (sweeps.trainers, docs/trainers.md): None = the built-in one,
     # whose config is model/data/optimizer/schedule/train; {target: "module:function",
-    # config: {…}} for a Python function; {command: [...], config: {…}} for any program.
+    # config: {…}} for a Python function; {command: [...], config: {…}} for any program, with
+    # metrics/args/cwd/stop_signal/stop_grace_s/resume_args for a script run unmodified
+    # (sweeps.trainers reads and checks it all; docs/trainers.md).
     trainer: Any = None
     scientific: dict[str, ScientificParam] = field(default_factory=dict)
     nuisance: dict[str, NuisanceParam] = field(default_factory=dict)

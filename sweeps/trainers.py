@@ -5,7 +5,9 @@
 - ``function``: ``trainer: {target: "module:function"}``, a Python function called with the
   trainer's own config tree (``trainer.config``), a reporter and the trial folder.
 - ``command``: ``trainer: {command: [...]}``, a program in any language run in the trial
-  folder; it reports by appending JSON lines to ``metrics.jsonl``.
+  folder (or ``trainer.cwd``); it reports by appending JSON lines to ``metrics.jsonl``, or
+  prints its metrics in its own format (``trainer.metrics``: `sweeps.line_formats`), and
+  takes its settings in its own argument style (``trainer.args``: `sweeps.arg_styles`).
 
 ``trainer: "module:function"`` (a string) is the short form of a function trainer.
 """
@@ -16,13 +18,16 @@ import copy
 import importlib
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stepscale.sweeps.arg_styles import ArgsSpec, check_placeholders, read_args
 from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.line_formats import MetricsSpec, read_metrics
 
 BUILTIN_TRAINER = "stepscale.models.train:train"
 # Trainer paths that run directories recorded before the code moved under `stepscale`.
@@ -33,6 +38,9 @@ BUILTIN, FUNCTION, COMMAND = "builtin", "function", "command"
 STUDY_KEYS = ("max_steps", "seed", "target_loss")
 PYTHON = "{python}"  # in a command: the interpreter stepscale runs in
 _FIELDS = {"target", "command", "validate", "config", "keys", "overrides"}
+# What only a command trainer has (docs/trainers.md, "An existing script, unmodified").
+_COMMAND_FIELDS = {"metrics", "args", "cwd", "stop_signal", "stop_grace_s", "resume_args"}
+STOP_GRACE_S = 60.0  # how long a signalled program may take to save a checkpoint and exit
 
 
 def canonical_trainer(path: str) -> str:
@@ -50,8 +58,14 @@ class TrainerSpec:
     validate: str | None = None  # module:function, optional
     config: dict[str, Any] = field(default_factory=dict)  # the trainer's own config tree
     keys: dict[str, str] = field(default_factory=dict)  # STUDY_KEYS → path in ``config``
-    overrides: bool = True  # command: pass the trial's values as key=value arguments
     python_path: tuple[str, ...] = ()  # folders a function's module is imported from
+    # command only:
+    args: ArgsSpec = field(default_factory=ArgsSpec)  # how the trial's settings are passed
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)  # where its records come from
+    cwd: str | None = None  # the program's working directory (None: the trial folder)
+    stop_signal: int = signal.SIGTERM  # sent on prune or stop
+    stop_grace_s: float = STOP_GRACE_S  # then SIGKILL
+    resume_args: tuple[str, ...] = ()  # added when the trial already has records
 
 
 def trainer_identity(value: Any) -> dict[str, Any]:
@@ -66,7 +80,7 @@ def trainer_identity(value: Any) -> dict[str, Any]:
     target = value.get("target")
     if isinstance(target, str) and canonical_trainer(target) == BUILTIN_TRAINER:
         return {"target": BUILTIN_TRAINER}
-    return {k: value[k] for k in ("target", "command", "config", "keys") if value.get(k)}
+    return {k: value[k] for k in ("target", "command", "config", "keys", "args") if value.get(k)}
 
 
 def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
@@ -80,10 +94,11 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
         value = {"target": value}
     if not isinstance(value, dict):
         raise UsageError(f"trainer: expected 'module:function' or a mapping, got {value!r}")
-    unknown = sorted(set(value) - _FIELDS)
+    unknown = sorted(set(value) - _FIELDS - _COMMAND_FIELDS)
     if unknown:
         raise UsageError(
-            f"trainer: unknown key(s) {', '.join(unknown)}; a trainer has {', '.join(sorted(_FIELDS))}"
+            f"trainer: unknown key(s) {', '.join(unknown)}; a trainer has "
+            f"{', '.join(sorted(_FIELDS | _COMMAND_FIELDS))}"
         )
     target, command = value.get("target"), value.get("command")
     if (target is None) == (command is None or command == []):
@@ -105,6 +120,9 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
         "python_path": folders,
     }
     if target is not None:
+        only = sorted(k for k in _COMMAND_FIELDS | {"overrides"} if value.get(k) is not None)
+        if only:
+            raise UsageError(f"trainer: {', '.join(only)} belong to a command trainer, not target:")
         if not isinstance(target, str) or ":" not in target:
             raise UsageError(f"trainer.target: expected 'module:function', got {target!r}")
         if canonical_trainer(target) == BUILTIN_TRAINER:
@@ -119,10 +137,64 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
         command = command.split()
     if not isinstance(command, list) or not all(isinstance(a, str | int | float) for a in command):
         raise UsageError(f"trainer.command: expected a list of arguments, got {command!r}")
-    argv = resolve_command([str(a) for a in command], search or [Path.cwd()])
+    folders = list(search or [Path.cwd()])
+    cwd = _working_dir(value.get("cwd"), folders)
+    argv = resolve_command([str(a) for a in command], [Path(cwd), *folders] if cwd else folders)
+    resume_args = value.get("resume_args") or []
+    if isinstance(resume_args, str):
+        resume_args = resume_args.split()
+    if not isinstance(resume_args, list) or not all(isinstance(a, str) for a in resume_args):
+        raise UsageError(f"trainer.resume_args: expected a list of arguments, got {resume_args!r}")
+    known = config_paths(config) | set(keys.values()) if config else None
+    check_placeholders(argv, known, "trainer.command")
+    check_placeholders(resume_args, known, "trainer.resume_args")
+    metrics = read_metrics(value.get("metrics"))
+    if metrics.parsed and metrics.source not in ("stdout", "stderr"):
+        check_placeholders([metrics.source], known, "trainer.metrics.source")
+    grace = value.get("stop_grace_s", STOP_GRACE_S)
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+        raise UsageError(f"trainer.stop_grace_s: expected seconds ≥ 0, got {grace!r}")
     return TrainerSpec(
-        COMMAND, command=tuple(argv), overrides=bool(value.get("overrides", True)), **common
+        COMMAND,
+        command=tuple(argv),
+        args=read_args(value.get("args"), value.get("overrides")),
+        metrics=metrics,
+        cwd=cwd,
+        stop_signal=_signal(value.get("stop_signal")),
+        stop_grace_s=float(grace),
+        resume_args=tuple(resume_args),
+        **common,
     )
+
+
+def _working_dir(value: Any, search: list[Path]) -> str | None:
+    """``trainer.cwd`` made absolute: relative to the ``--config-dir`` when one is given
+    (the study file's folder), else to the working directory; it must exist."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise UsageError(f"trainer.cwd: expected a folder, got {value!r}")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = search[-1] / path
+    if not path.is_dir():
+        raise UsageError(f"trainer.cwd: {value!r} ({path}) does not exist or is not a folder")
+    return os.path.abspath(path)
+
+
+def _signal(value: Any) -> int:
+    """``trainer.stop_signal`` (a name such as SIGINT or TERM, or a number) as a number."""
+    if value is None:
+        return int(signal.SIGTERM)
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(signal.Signals(value))
+        name = str(value).upper()
+        return int(signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+    except (KeyError, ValueError):
+        raise UsageError(
+            f"trainer.stop_signal: unknown signal {value!r} (e.g. SIGTERM, SIGINT, SIGUSR1)"
+        ) from None
 
 
 def resolve_command(argv: list[str], search: list[Path]) -> list[str]:

@@ -74,7 +74,27 @@ def trial_settings(
             "target_loss": study.objective.target_loss,
         }
         settings |= {path: study_values[key] for key, path in trainer.keys.items()}
+        floats = {n.path for n in space.nuisance.get(point.label, ()) if n.type == "float"}
+        floats |= {p for p, v in _leaves(trainer.config).items() if isinstance(v, float)}
+        settings = {p: _as_float(v) if p in floats else v for p, v in settings.items()}
     return settings
+
+
+def _as_float(value: Any) -> Any:
+    """A whole number as a float (``1`` → ``1.0``): a float setting stays a float whatever
+    the sampler or the YAML gave, so a script that checks its types gets a float."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted key → value of every leaf of a config tree."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def trial_config(
