@@ -163,6 +163,12 @@ def _check_boot(args: argparse.Namespace) -> tuple[int, int]:
         )
     if seed < 0:
         raise FitInputError(f"--seed must be >= 0, got {seed}")
+    if n_boot == 0:  # allowed (a quick point estimate), but the nulls must not puzzle
+        print(
+            "sweep: note: --n-boot 0 draws no bootstrap replicates, so every interval "
+            "(*_ci, *_lo, *_hi) is null; give --n-boot 1000 or more for intervals",
+            file=sys.stderr,
+        )
     return n_boot, seed
 
 
