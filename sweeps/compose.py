@@ -43,10 +43,6 @@ def compose_config(
     Hydra habits `sweeps.overrides` answers (``command`` names the sub-command in them).
     """
     schema.register()
-    for o in overrides:  # the plain-name rule, before Hydra's grammar says it its own way
-        key, sep, value = o.lstrip("+").partition("=")
-        if sep and key == "name" and not value.isascii():
-            study_name(value, {}, "runs/<name>" + ("-train" if command == "train" else ""))
     check_overrides(overrides, command)
     overrides, added = split_added_params(overrides)
     extra = []

@@ -72,6 +72,10 @@ def check_overrides(overrides: list[str], command: str) -> None:
             raise UsageError(
                 f"{key}: not a config key (keys are ASCII names; --cfg shows the config's keys)"
             )
+        if key == "name" and not value.isascii():  # the plain-name rule, not Hydra's lexer
+            from stepscale.sweeps.compose import study_name
+
+            study_name(value, {}, "runs/<name>" + ("-train" if command == "train" else ""))
         if not re.sub(r"'[^']*'|\"[^\"]*\"", "", value).isascii():
             raise UsageError(
                 f"{o}: Hydra's override grammar takes characters beyond ASCII only inside "

@@ -108,7 +108,9 @@ def check_storage(spec: StorageSpec, run_dir: Path) -> None:
     and without writing anything: the journal's folder, an existing SQLite file, the
     PostgreSQL URL, its driver and that the server answers. `UsageError` naming it."""
     if spec.name == "journal":
-        _check_writable_file(Path(spec.url), "storage.url (the journal file)")
+        path = Path(spec.url)
+        inside = run_dir.resolve() in path.parents
+        _check_writable_file(path, f"run_dir {run_dir}" if inside else "storage.url (the journal)")
         return
     if spec.name == "sqlite":
         _check_sqlite_file(Path(spec.url.removeprefix("sqlite:///")))

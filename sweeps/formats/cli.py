@@ -92,6 +92,9 @@ def run_export(args: argparse.Namespace) -> int:
     _check_format(args.format)
     _check_output(args.output, args.force)
     overrides = list(args.overrides)
+    from stepscale.sweeps.overrides import check_overrides
+
+    check_overrides(overrides, "export")  # a preset without conf=, Hydra's habits
     if not any(o.startswith("conf=") for o in overrides):
         raise UsageError("export needs conf=NAME (see `sweep list`)")
     from stepscale.sweeps.trainers import study_trainer
