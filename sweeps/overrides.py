@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.names import study_name
 
 SECTIONS: dict[str, type] = {
     "scientific": schema.ScientificParam,
@@ -73,8 +74,6 @@ def check_overrides(overrides: list[str], command: str) -> None:
                 f"{key}: not a config key (keys are ASCII names; --cfg shows the config's keys)"
             )
         if key == "name" and not value.isascii():  # the plain-name rule, not Hydra's lexer
-            from stepscale.sweeps.compose import study_name
-
             study_name(value, {}, "runs/<name>" + ("-train" if command == "train" else ""))
         if not re.sub(r"'[^']*'|\"[^\"]*\"", "", value).isascii():
             raise UsageError(
