@@ -393,11 +393,11 @@ def _run(
 ) -> None:
     """Write the branch directory's files (``run.json`` the provenance of its runs) and run
     its trials with the study's launcher."""
-    from stepscale.sweeps.launchers import check_submission
     from stepscale.sweeps.provenance import finish_provenance, write_provenance
     from stepscale.sweeps.runlock import RunLock
     from stepscale.sweeps.storage import check_storage, open_storage, resolve
     from stepscale.sweeps.study_files import make_run_dir
+    from stepscale.sweeps.submission import check_submission
 
     if cfg.launcher.name != "slurm":
         try:

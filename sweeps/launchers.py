@@ -19,12 +19,9 @@ paths land in its trial), and their logs land in ``<trial>/logs/``.
 from __future__ import annotations
 
 import contextlib
-import io
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +32,7 @@ from typing import Any
 import submitit
 
 from stepscale.rundir import LOGS_DIR
-from stepscale.sweeps.errors import EnvironmentFailure, UsageError
+from stepscale.sweeps.errors import UsageError
 from stepscale.sweeps.schema import LauncherConfig
 from stepscale.sweeps.slurm import (
     INHERITED_SLURM,
@@ -44,6 +41,7 @@ from stepscale.sweeps.slurm import (
     slurm_job_active,
     slurm_parameters,
 )
+from stepscale.sweeps.submission import submission_errors
 from stepscale.sweeps.workers import WarmJobHandle, WorkerPool
 
 LAUNCHERS = ("local", "process", "slurm", "inline")
@@ -59,86 +57,6 @@ def _working_dir(path: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(previous)
-
-
-class SubmissionFailed(EnvironmentFailure):
-    """The launcher's submission command (``sbatch``) failed: exit 1 with its command,
-    exit code and stderr; the trials it was to run stay queued for the next run."""
-
-
-def submission_message(command: Any, code: int | str, stderr: str) -> str:
-    """One paragraph naming the command that failed, its exit code and what it said."""
-    words = command if isinstance(command, list | tuple) else [command]
-    said = "; ".join(line.strip() for line in (stderr or "").splitlines() if line.strip())
-    return (
-        f"the launcher could not submit the trial job: `{' '.join(map(str, words))}` exited "
-        f"with code {code}{f': {said}' if said else ' and said nothing'}. The trials it was to "
-        "run stay queued (state queued in their trial.json): run the same `sweep run` again "
-        "once the cluster takes jobs"
-    )
-
-
-@contextlib.contextmanager
-def _submission() -> Iterator[None]:
-    """Turn a failed submission command into `SubmissionFailed` (submitit would raise its
-    own error and print the command's stderr a second time)."""
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            yield
-    except submitit.core.utils.FailedJobError as exc:
-        cause = exc.__cause__
-        if isinstance(cause, subprocess.CalledProcessError):
-            stderr = cause.stderr if isinstance(cause.stderr, str) else str(exc)
-            raise SubmissionFailed(
-                submission_message(cause.cmd, cause.returncode, stderr)
-            ) from None
-        raise SubmissionFailed(submission_message("sbatch", "unknown", str(exc))) from None
-    except FileNotFoundError as exc:
-        if exc.filename not in ("sbatch", "srun", "scontrol"):
-            raise
-        raise SubmissionFailed(
-            submission_message(exc.filename, "none", f"not found ({exc.strerror})")
-        ) from None
-    except BaseException:
-        sys.stderr.write(captured.getvalue())
-        raise
-    # What other threads said meanwhile (a failure's own output is in its message).
-    sys.stderr.write(captured.getvalue())
-
-
-def check_submission(cfg: LauncherConfig) -> None:
-    """Can this launcher submit jobs from here? For SLURM: ``sbatch`` is on PATH and the
-    controller accepts a test submission (``sbatch --test-only``: no job, nothing
-    written) of the trials' partition, account and QoS. Checked before the run dir is
-    made; a failure is the environment's (`EnvironmentFailure`, exit 1)."""
-    if cfg.name != "slurm":
-        return
-    command = ["sbatch", "--test-only", "--wrap", "true"]
-    command += [f"--{k}={v}" for k in ("partition", "account", "qos") if (v := getattr(cfg, k))]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(INHERITED_SLURM) or k == "SLURM_CONF"
-    }
-    try:
-        res = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd="/")
-    except FileNotFoundError:
-        raise EnvironmentFailure(
-            "launcher=slurm needs SLURM's sbatch, which is not on PATH here: run the study on "
-            "a machine of the cluster (a login node), or choose launcher=local"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise EnvironmentFailure(
-            f"launcher=slurm: `{' '.join(command)}` gave no answer in 60 s (the SLURM "
-            "controller is not answering); nothing was written — try again later"
-        ) from None
-    if res.returncode != 0:
-        said = "; ".join(ln.strip() for ln in res.stderr.splitlines() if ln.strip())
-        raise EnvironmentFailure(
-            f"launcher=slurm: the cluster does not take jobs from here: `{' '.join(command)}` "
-            f"exited with code {res.returncode}: {said or 'no message'}. Nothing was written"
-        )
 
 
 @dataclass
@@ -346,7 +264,7 @@ class Launcher:
             _working_dir(folder),
             _controller_ignores_sigint(self.cfg.name == "process"),
             _environment(env, drop=drop),
-            _submission(),
+            submission_errors(),
         ):
             job = executor.submit(fn, *args)
         handle = JobHandle(job, inline=self.cfg.name == "inline", slot=slot)
@@ -370,7 +288,7 @@ class Launcher:
         with (
             _working_dir(array_folder),
             _environment({}, drop=INHERITED_SLURM),
-            _submission(),
+            submission_errors(),
             executor.batch(),
         ):
             jobs = [executor.submit(r.fn, *r.args) for r in requests]

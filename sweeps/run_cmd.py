@@ -23,13 +23,13 @@ from stepscale.redact import redact
 from stepscale.sweeps.compose import prepare_study
 from stepscale.sweeps.dry_run import print_dry_run, with_existing
 from stepscale.sweeps.errors import UsageError, exit_code
-from stepscale.sweeps.launchers import check_submission
 from stepscale.sweeps.plan import plan_points, plan_summary
 from stepscale.sweeps.provenance import finish_provenance, write_provenance
 from stepscale.sweeps.runlock import RunLock
 from stepscale.sweeps.space import build_space
 from stepscale.sweeps.storage import check_storage, open_storage, resolve
 from stepscale.sweeps.study_files import check_unchanged, make_run_dir, write_study_files
+from stepscale.sweeps.submission import check_submission
 from stepscale.sweeps.trainers import BUILTIN, study_trainer
 from stepscale.sweeps.validate import (
     check_grid,

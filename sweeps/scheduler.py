@@ -43,7 +43,6 @@ from stepscale.sweeps.launchers import (
     JobRequest,
     Launcher,
     QueuedTrialHandle,
-    SubmissionFailed,
 )
 from stepscale.sweeps.point_stats import PointStats, point_stats
 from stepscale.sweeps.reconcile import reconcile
@@ -53,6 +52,7 @@ from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.signals import StopRequest
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.submission import SubmissionFailed
 from stepscale.sweeps.trainers import TrainerSpec
 from stepscale.sweeps.transfer import TransferRun
 from stepscale.sweeps.trial_records import adopted_record, jsonable, trial_record
