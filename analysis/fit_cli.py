@@ -146,11 +146,16 @@ def _add_boot_options(p: argparse.ArgumentParser) -> None:
 def run_fit(args: argparse.Namespace) -> dict[str, Any]:
     """Run the ``fit`` sub-command named in ``args.fit_command``; return its JSON dict."""
     command = getattr(args, "fit_command", None)
-    if command == "steps":
-        return fit_steps_command(args)
-    if command == "hparams":
-        return fit_hparams_command(args)
-    raise FitInputError(f"unknown fit command {command!r}; expected 'steps' or 'hparams'")
+    if command not in ("steps", "hparams"):
+        raise FitInputError(f"unknown fit command {command!r}; expected 'steps' or 'hparams'")
+    result = fit_steps_command(args) if command == "steps" else fit_hparams_command(args)
+    if getattr(args, "n_boot", 1000) == 0:  # allowed (a point estimate): say why no intervals
+        print(
+            "sweep: note: --n-boot 0 draws no bootstrap replicates, so every interval in "
+            "the output is null; give --n-boot 1000 (the default) or more for intervals",
+            file=sys.stderr,
+        )
+    return result
 
 
 def _check_boot(args: argparse.Namespace) -> tuple[int, int]:

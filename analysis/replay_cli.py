@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = ["ReplayInputError", "add_replay_command", "run_replay"]
 
+MAX_DRAWS = 100_000  # each draw replays the study once: more cannot be meant
 DEFAULT_DRAWS = 200  # analysis.replay.DEFAULT_DRAWS (not imported: registering stays cheap)
 
 
@@ -66,6 +67,13 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     """Replay ``args.run_dir``; returns the JSON-ready result (`ReplayResult.to_dict`)."""
     if args.target is not None and not math.isfinite(args.target):
         raise ReplayInputError(f"--target must be a finite number, got {args.target}")
+    if not 1 <= args.draws <= MAX_DRAWS:
+        raise ReplayInputError(
+            f"--draws must lie in [1, {MAX_DRAWS}], got {args.draws} (the spread of a "
+            f"protocol is stable at a few hundred draws)"
+        )
+    if args.seed < 0:
+        raise ReplayInputError(f"--seed must be ≥ 0, got {args.seed}")
     from stepscale.analysis.load import RunDirError, load
     from stepscale.analysis.replay import ReplayError, replay
 

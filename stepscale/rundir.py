@@ -128,6 +128,7 @@ def default_batch_unit(data: Mapping[str, Any] | None) -> str:
 
 RUNNING = "running"
 STOPPED = "stopped"  # left by a stopped orchestrator or a signalled job; resumed next run
+QUEUED = "queued"  # asked, but its job could not be submitted (sbatch failed); submitted next run
 COMPLETE = "complete"
 PRUNED = "pruned"
 DIVERGED = "diverged"
@@ -136,7 +137,7 @@ FAILED = "failed"
 TRAINER_FINAL_STATES = (COMPLETE, PRUNED, DIVERGED)
 # A trial.json state that ends a trial (budgets count these).
 FINAL_STATES = frozenset({*TRAINER_FINAL_STATES, FAILED})
-STATES = (RUNNING, STOPPED, *TRAINER_FINAL_STATES, FAILED)
+STATES = (RUNNING, STOPPED, QUEUED, *TRAINER_FINAL_STATES, FAILED)
 
 # ------------------------------------------------------------------- keys of the records
 

@@ -395,8 +395,9 @@ def _run(
     its trials with the study's launcher."""
     from stepscale.sweeps.provenance import finish_provenance, write_provenance
     from stepscale.sweeps.runlock import RunLock
-    from stepscale.sweeps.storage import open_storage, resolve
+    from stepscale.sweeps.storage import check_storage, open_storage, resolve
     from stepscale.sweeps.study_files import make_run_dir
+    from stepscale.sweeps.submission import check_submission
 
     if cfg.launcher.name != "slurm":
         try:
@@ -404,6 +405,8 @@ def _run(
         except builtin.RejectedConfig as exc:
             raise UsageError(str(exc)) from None
     storage_spec = resolve(cfg.storage, run_dir)  # the study's own storage
+    check_storage(storage_spec, run_dir)  # both answer before anything is written
+    check_submission(cfg.launcher)
     make_run_dir(out)
     with RunLock(out) as lock:
         storage = open_storage(storage_spec)

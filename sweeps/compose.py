@@ -19,10 +19,11 @@ from omegaconf.errors import OmegaConfBaseException
 from stepscale.redact import redact
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.names import study_name
 from stepscale.sweeps.overrides import add_params, check_overrides, split_added_params
 
-# A study's name is one folder name under runs/ and part of its Optuna study names.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+__all__ = ["compose_config", "prepare_study", "study_name", "to_object"]
+
 _HEADER = re.compile(r"^#\s*@package\s+_global_\s*$")
 
 
@@ -82,23 +83,6 @@ def prepare_study(
     raw, choices = compose_config(overrides, config_dir)
     raw.name = study_name(raw.name, choices, "runs/<name>")
     return raw, to_object(raw), choices
-
-
-def study_name(name: Any, choices: dict[str, Any], folder: str) -> str:
-    """The study's ``name``: the given one, which must be a plain name (letters, digits,
-    ``_``, ``.``, ``-``; not ``.`` or ``..``), or else one derived from the conf preset
-    (``sub/x`` → ``sub_x``). ``folder`` says where the name puts the run dir (for the
-    message). A path is refused (`UsageError`): ``run_dir=`` is the way to choose one."""
-    if name is None:
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", str(choices["conf"])).strip(".") or "study"
-    text = str(name)
-    if NAME_PATTERN.fullmatch(text) and text not in (".", ".."):
-        return text
-    raise UsageError(
-        f"name: {text!r} is not a plain name (letters, digits, '_', '.' and '-'; not '.' or "
-        f"'..'): the name makes the run dir {folder} and the names of its Optuna studies. "
-        "To choose where the run dir goes, give run_dir=PATH (the only way to choose a path)."
-    )
 
 
 def _preset_files(overrides: list[str], user: Path | None) -> list[Path]:

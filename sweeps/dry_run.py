@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stepscale.rundir import STOPPED, STUDY_JSON
+from stepscale.rundir import QUEUED, STOPPED, STUDY_JSON
 from stepscale.sweeps.status_cmd import STATES, study_status
 from stepscale.sweeps.storage import StorageSpec
 
 
 def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """``plan`` with, when ``run_dir`` holds this study already, each point's trials that
-    ended (``done``), that will resume (``unfinished``: running or stopped) and that the
-    run would start (``new``), and the totals (``existing: true``); with confirm seeds, the
-    study's claims so far and the seeds they need (`stepscale.analysis.claim_estimate`)."""
+    ended (``done``), that will resume (``unfinished``: running, stopped or queued) and that
+    the run would start (``new``), and the totals (``existing: true``); with confirm seeds,
+    the study's claims so far and the seeds they need (`stepscale.analysis.claim_estimate`)."""
     if not (run_dir / STUDY_JSON).exists():
         return plan | {"existing": False}
     rows = {r["point"]: r for r in study_status(run_dir)["points"]}
@@ -23,7 +23,7 @@ def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     for p in plan["points"]:
         row = rows.get(p["point"], {})
         done = sum(row.get(s, 0) for s in STATES[1:])
-        unfinished = row.get(STATES[0], 0) + row.get(STOPPED, 0)
+        unfinished = sum(row.get(s, 0) for s in (STATES[0], STOPPED, QUEUED))
         new = max(p["trials"] - done - unfinished, 0)
         points.append(p | {"done": done, "unfinished": unfinished, "new": new})
     claims = []

@@ -25,6 +25,11 @@ class UsageError(Exception):
     """Bad input from the user: the CLI prints the message and exits with code 2."""
 
 
+class EnvironmentFailure(Exception):
+    """The environment failed (a cluster controller, a server): the CLI prints the
+    one-paragraph message and exits with code 1; nothing saved was lost."""
+
+
 def exit_code(command: Callable[[], int]) -> int:
     """Run a command and return its exit code; a `UsageError`, Ctrl-C or a full disk
     becomes a one-line message on stderr and its exit code (2, 130, 1)."""
@@ -33,6 +38,9 @@ def exit_code(command: Callable[[], int]) -> int:
     except UsageError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as exc:
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         signum = int(getattr(exc, "signum", signal.SIGINT))
         what = (

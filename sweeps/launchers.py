@@ -41,6 +41,7 @@ from stepscale.sweeps.slurm import (
     slurm_job_active,
     slurm_parameters,
 )
+from stepscale.sweeps.submission import submission_errors
 from stepscale.sweeps.workers import WarmJobHandle, WorkerPool
 
 LAUNCHERS = ("local", "process", "slurm", "inline")
@@ -263,6 +264,7 @@ class Launcher:
             _working_dir(folder),
             _controller_ignores_sigint(self.cfg.name == "process"),
             _environment(env, drop=drop),
+            submission_errors(),
         ):
             job = executor.submit(fn, *args)
         handle = JobHandle(job, inline=self.cfg.name == "inline", slot=slot)
@@ -286,6 +288,7 @@ class Launcher:
         with (
             _working_dir(array_folder),
             _environment({}, drop=INHERITED_SLURM),
+            submission_errors(),
             executor.batch(),
         ):
             jobs = [executor.submit(r.fn, *r.args) for r in requests]

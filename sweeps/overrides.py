@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from stepscale.sweeps import schema
 from stepscale.sweeps.errors import UsageError
+from stepscale.sweeps.names import study_name
 
 SECTIONS: dict[str, type] = {
     "scientific": schema.ScientificParam,
@@ -64,6 +65,22 @@ def check_overrides(overrides: list[str], command: str) -> None:
                 f"`sweep {command} conf={o}` (`sweep list` shows them)"
             )
         key, _, value = o.lstrip("+~").partition("=")
+        if not key.strip():
+            raise UsageError(
+                f"{o!r} is not an override: it needs a key before '=' (key=value, e.g. "
+                "budget.trials_per_point=5)"
+            )
+        if not key.isascii():
+            raise UsageError(
+                f"{key}: not a config key (keys are ASCII names; --cfg shows the config's keys)"
+            )
+        if key == "name" and not value.isascii():  # the plain-name rule, not Hydra's lexer
+            study_name(value, {}, "runs/<name>" + ("-train" if command == "train" else ""))
+        if not re.sub(r"'[^']*'|\"[^\"]*\"", "", value).isascii():
+            raise UsageError(
+                f"{o}: Hydra's override grammar takes characters beyond ASCII only inside "
+                f"quotes: write {key}='{value}'"
+            )
         if key == "hydra" or key.startswith("hydra.") or key.startswith("hydra/"):
             instead = next(
                 (v for k, v in _HYDRA_KEYS.items() if key == k or key.startswith(k + ".")),

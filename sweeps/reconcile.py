@@ -78,7 +78,8 @@ def _repair(
     keep_checkpoints: bool,
 ) -> bool:
     changed = False
-    record = read_json(folder / TRIAL_JSON, lenient=True) or {}
+    record = read_json(folder / TRIAL_JSON, lenient=True)
+    record = record if isinstance(record, dict) else {}  # a damaged record is rewritten
     if record.get("state") != state:
         record = dict(record_of(point, trial, record))
         ended = trial.datetime_complete

@@ -27,10 +27,17 @@ from stepscale.sweeps.plan import plan_points, plan_summary
 from stepscale.sweeps.provenance import finish_provenance, write_provenance
 from stepscale.sweeps.runlock import RunLock
 from stepscale.sweeps.space import build_space
-from stepscale.sweeps.storage import open_storage, resolve
+from stepscale.sweeps.storage import check_storage, open_storage, resolve
 from stepscale.sweeps.study_files import check_unchanged, make_run_dir, write_study_files
+from stepscale.sweeps.submission import check_submission
 from stepscale.sweeps.trainers import BUILTIN, study_trainer
-from stepscale.sweeps.validate import check_grid, check_launch, check_storage_place, check_study
+from stepscale.sweeps.validate import (
+    check_grid,
+    check_launch,
+    check_sizes,
+    check_storage_place,
+    check_study,
+)
 
 __all__ = ["prepare_study", "run_orchestrator", "run_study"]
 
@@ -80,12 +87,17 @@ def run_study(
     space = build_space(cfg, settable)
     sizes = plan_points(cfg, space, trainer)
     check_grid(cfg, space)
+    check_sizes(cfg, len(space.points))
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name
     storage_spec = resolve(cfg.storage, run_dir)
     check_storage_place(storage_spec, run_dir)
     plan = plan_summary(cfg, space, sizes)
+    check_unchanged(run_dir, cfg)  # refused here as the run itself would refuse it
+    # Storage and launcher answer before anything is written (a server that is down, a
+    # missing sbatch leave no run dir behind).
+    check_storage(storage_spec, run_dir)
+    check_submission(cfg.launcher)
     if dry_run:
-        check_unchanged(run_dir, cfg)  # refused as the run itself would refuse it
         print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json)
         return 0
     if trainer.kind == BUILTIN and not detach:

@@ -71,6 +71,11 @@ def check_sampler(cfg: SamplerConfig) -> None:
     """Unknown names, or the GP sampler without its extra → UsageError."""
     if cfg.name not in SAMPLERS:
         raise UsageError(f"sampler.name: unknown {cfg.name!r}; choose one of {', '.join(SAMPLERS)}")
+    if cfg.n_startup_trials is not None and cfg.n_startup_trials < 0:
+        raise UsageError(
+            f"sampler.n_startup_trials: must be ≥ 0 (or null: the default), "
+            f"got {cfg.n_startup_trials}"
+        )
     if cfg.name == "gp":
         try:
             import torch  # noqa: F401
@@ -111,6 +116,14 @@ def check_pruner(cfg: PrunerConfig) -> None:
     """Unknown names or bad numbers → UsageError."""
     if cfg.name not in PRUNERS:
         raise UsageError(f"pruner.name: unknown {cfg.name!r}; choose one of {', '.join(PRUNERS)}")
+    for key in ("n_startup_trials", "n_warmup_steps"):
+        if getattr(cfg, key) < 0:
+            raise UsageError(f"pruner.{key}: must be ≥ 0, got {getattr(cfg, key)}")
+    if cfg.min_resource is not None and cfg.min_resource < 1:
+        raise UsageError(
+            f"pruner.min_resource: must be ≥ 1 step (or null: chosen by the pruner), "
+            f"got {cfg.min_resource}"
+        )
     if cfg.reduction_factor < 2:
         raise UsageError(f"pruner.reduction_factor: must be ≥ 2, got {cfg.reduction_factor}")
     if not cfg.deadline_factor >= 1:

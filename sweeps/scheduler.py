@@ -26,7 +26,16 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from stepscale.files import read_json
-from stepscale.rundir import FAILED, JOBS_DIR, LOGS_DIR, RUNNING, STOPPED, TRIAL_JSON, trial_dir
+from stepscale.rundir import (
+    FAILED,
+    JOBS_DIR,
+    LOGS_DIR,
+    QUEUED,
+    RUNNING,
+    STOPPED,
+    TRIAL_JSON,
+    trial_dir,
+)
 from stepscale.sweeps import adoption, budget, heartbeat, orchestrators, outcomes
 from stepscale.sweeps.adaptive import AdaptiveRun
 from stepscale.sweeps.job import TrialJob
@@ -40,6 +49,7 @@ from stepscale.sweeps.schema import StudyConfig
 from stepscale.sweeps.signals import StopRequest
 from stepscale.sweeps.space import Point, SearchSpace
 from stepscale.sweeps.storage import StorageSpec
+from stepscale.sweeps.submission import SubmissionFailed
 from stepscale.sweeps.trainers import TrainerSpec
 from stepscale.sweeps.transfer import TransferRun
 from stepscale.sweeps.trial_records import adopted_record, jsonable, trial_record
@@ -267,13 +277,17 @@ class Scheduler:
         ]  # fmt: skip
         name = f"{self.cfg.name}:{sum(map(len, groups))} trials"
         handles: list[Any]
-        if any(len(group) > 1 for group in groups):
-            queued = self.launcher.submit_queues(requests, self.run_dir / JOBS_DIR, name=name)
-            handles = [h for queue in queued for h in queue]
-        else:
-            handles = self.launcher.submit_together(
-                [r for group in requests for r in group], self.run_dir / JOBS_DIR, name=name
-            )
+        try:
+            if any(len(group) > 1 for group in groups):
+                queued = self.launcher.submit_queues(requests, self.run_dir / JOBS_DIR, name=name)
+                handles = [h for queue in queued for h in queue]
+            else:
+                handles = self.launcher.submit_together(
+                    [r for group in requests for r in group], self.run_dir / JOBS_DIR, name=name
+                )
+        except SubmissionFailed:  # never ran: the next run submits them as they are
+            self._release([p for group in groups for p in group], state=QUEUED)
+            raise
         for p, handle in zip([p for g in groups for p in g], handles, strict=True):
             p.record["job_id"] = handle.job_id
             if isinstance(handle, QueuedTrialHandle):
@@ -412,7 +426,8 @@ class Scheduler:
         error = adoption.dead_job_error(o.folder, o.record)
         if error is None:
             attempt = max(1, int(o.record.get("attempts", 0)))
-            self._submit(o.point, o.trial, attempt=attempt, interrupted="trial" in o.record)
+            interrupted = "trial" in o.record and o.record.get("state") != QUEUED
+            self._submit(o.point, o.trial, attempt=attempt, interrupted=interrupted)
         else:
             self._failed(o.point, o.trial, o.folder, dict(o.record), error)
 
@@ -559,15 +574,16 @@ class Scheduler:
             if watch and any(run.handle.done() for run in self.running.values()):
                 return
 
-    def _release(self, batch: list[Prepared]) -> None:
-        """Asked but never submitted (Ctrl-C or an error in between): mark them stopped and
-        drop our heartbeat, so the next run submits them at once as the same attempt."""
+    def _release(self, batch: list[Prepared], state: str = STOPPED) -> None:
+        """Asked but never submitted (Ctrl-C or an error in between; ``state`` queued when
+        the submission itself failed): mark them so and drop our heartbeat, so the next
+        run submits them at once as the same attempt."""
         for p in batch:
-            if "job_id" not in p.record:
-                self._mark_stopped(p)
+            if "job_id" not in p.record and p.record.get("state") != QUEUED:
+                self._mark_stopped(p, state)
 
-    def _mark_stopped(self, run: Prepared) -> None:
-        run.record["state"] = STOPPED
+    def _mark_stopped(self, run: Prepared, state: str = STOPPED) -> None:
+        run.record["state"] = state
         write_trial_json(run.folder, run.record)
         heartbeat.let_go(run.folder)
 

@@ -125,6 +125,13 @@ def _resolve_nuisance(alias: str, p: NuisanceParam, point: dict[str, Any]) -> Nu
             raise UsageError(f"{key}: reverse_log applies to floats only")
     if p.step is not None and p.step <= 0:
         raise UsageError(f"{key}.step: must be > 0, got {p.step}")
+    if p.step is not None and p.step > high - low:
+        # Optuna would silently collapse the range to its low end (only a library warning).
+        raise UsageError(
+            f"{key}.step: {p.step} is larger than the range [{low}, {high}], which would "
+            f"leave the single value {low}; use a step ≤ {high - low:.6g} (or fix the parameter "
+            f"with fixed.{alias})"
+        )
     if p.step is not None and p.scale == "log" and p.type == "float":
         raise UsageError(f"{key}.step: Optuna cannot combine a step with a log scale for floats")
     return Nuisance(alias, p.path, p.type, p.scale, low=float(low), high=float(high), step=p.step)

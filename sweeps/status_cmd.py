@@ -14,6 +14,7 @@ from stepscale.rundir import (
     FAILED,
     JOB_JSON,
     ORCHESTRATOR_DIR,
+    QUEUED,
     RUN_JSON,
     RUNNING,
     STATUS_JSON,
@@ -27,6 +28,8 @@ from stepscale.sweeps import orchestrators
 from stepscale.sweeps.errors import UsageError
 
 STATES = (RUNNING, *TRAINER_FINAL_STATES, FAILED)
+KNOWN_STATES = (*STATES, STOPPED, QUEUED)
+DAMAGED = "damaged"  # a trial.json that cannot be read: not counted as any state
 ORCHESTRATOR_TIMEOUT_S = 120.0
 
 
@@ -38,15 +41,17 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     _check_study_file(run_dir / STUDY_JSON, study)
     budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
     points = []
+    damaged: list[str] = []
     for p in study["points"]:
         row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
-        row.update({s: 0 for s in STATES})
-        row[STOPPED] = 0
+        row.update({s: 0 for s in (*KNOWN_STATES, DAMAGED)})
         for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
             trial = _record(trial_json)
-            state = trial.get("state", RUNNING)
-            state = state if isinstance(state, str) else RUNNING
-            row[state] = row.get(state, 0) + 1
+            state = trial.get("state")
+            if state not in KNOWN_STATES:  # unreadable, not a record, or a state unknown
+                damaged.append(str(trial_json))
+                state = DAMAGED
+            row[state] += 1
             steps = _record(trial_json.parent / STATUS_JSON).get("steps_done")
             row["steps"] += steps if _count(steps) else 0
             value = trial.get("objective")
@@ -59,7 +64,9 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         points.append(row)
     run = _record(run_dir / RUN_JSON)
     job = _record(run_dir / ORCHESTRATOR_DIR / JOB_JSON)
-    done = all(r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points)
+    done = not damaged and all(
+        r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points
+    )
     live = orchestrators.live(run_dir, ORCHESTRATOR_TIMEOUT_S)
     return {
         "orchestrators": [
@@ -70,6 +77,7 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "objective": study["objective"],
         "points": points,
+        "damaged": damaged,
         "finished": done and run.get("ended") is not None,
         "started": run.get("started"),
         "ended": run.get("ended"),
@@ -127,6 +135,8 @@ def print_status(run_dir: str, as_json: bool) -> int:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
     state = "finished" if status["finished"] else "in progress"
+    if status["damaged"]:
+        state = "damaged records, see below"
     print(f"{status['name']} ({state}) — objective {status['objective']['kind']}")
     running = status["orchestrators"]
     job = status["detached_job"]
@@ -150,4 +160,16 @@ def print_status(run_dir: str, as_json: bool) -> int:
     stopped = sum(r[STOPPED] for r in status["points"])
     if stopped:
         print(f"  {stopped} trial(s) stopped at a checkpoint: the same `sweep run` resumes them")
+    queued = sum(r[QUEUED] for r in status["points"])
+    if queued:
+        print(
+            f"  {queued} trial(s) queued: their jobs could not be submitted; the same "
+            "`sweep run` submits them"
+        )
+    if status["damaged"]:
+        print(
+            f"  warning: {len(status['damaged'])} trial record(s) damaged (unreadable "
+            f"trial.json, counted in no column): {', '.join(status['damaged'])}; the same "
+            "`sweep run` rewrites a finished trial's record from the study's storage"
+        )
     return 0

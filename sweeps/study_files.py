@@ -73,13 +73,22 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
 
 
 def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
-    """Refuse (`UsageError`) to run ``cfg`` in a run dir whose study differs in what a
-    trial means, or whose scientific values were removed; a new run dir passes."""
+    """Refuse (`UsageError`) to run ``cfg`` in a run dir that holds another study (another
+    name), whose study differs in what a trial means, or whose scientific values were
+    removed; a new run dir passes."""
     saved = read_json(run_dir / STUDY_JSON, lenient=True)
-    if saved is None:
+    if saved is None or not isinstance(saved, dict):
         if (run_dir / STUDY_JSON).exists():
             raise UsageError(f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study")
         return
+    if saved.get("name", cfg.name) != cfg.name:
+        # Optuna's studies are named after the study: a second name would put a second
+        # study in the run dir's storage while study.json names the first.
+        raise UsageError(
+            f"name={cfg.name}: the run dir {run_dir} holds the study {saved['name']!r}, and a "
+            "run dir holds one study; give the study its own run_dir= (or no run_dir=: "
+            f"runs/{cfg.name}), or name={saved['name']} to go on with that one"
+        )
     recorded = saved.get("fingerprint")
     if isinstance(recorded, dict) and "trainer" in recorded:
         recorded = {**recorded, "trainer": trainer_identity(recorded["trainer"])}

@@ -14,6 +14,12 @@ from stepscale.sweeps.space import SearchSpace
 from stepscale.sweeps.storage import StorageSpec
 from stepscale.sweeps.transfer import check_transfer
 
+# Counts beyond these cannot be meant: Optuna's SQL storages number trials with 32-bit
+# integers, and a million trials of one point is far past any tuning budget.
+MAX_TRIALS_PER_POINT = 1_000_000
+MAX_TRIALS = 2**31 - 1
+MAX_PARALLELISM = 100_000
+
 
 def check_study(cfg: StudyConfig) -> None:
     """Raise `UsageError` naming the first setting of ``cfg`` that cannot be run."""
@@ -35,6 +41,16 @@ def check_study(cfg: StudyConfig) -> None:
         raise UsageError(f"budget.trials_per_point: must be ≥ 1, got {cfg.budget.trials_per_point}")
     if cfg.budget.confirm_seeds < 0:
         raise UsageError(f"budget.confirm_seeds: must be ≥ 0, got {cfg.budget.confirm_seeds}")
+    for key, value, cap in (
+        ("budget.trials_per_point", cfg.budget.trials_per_point, MAX_TRIALS_PER_POINT),
+        ("budget.confirm_seeds", cfg.budget.confirm_seeds, MAX_TRIALS_PER_POINT),
+        ("parallelism", cfg.parallelism, MAX_PARALLELISM),
+    ):
+        if value > cap:
+            raise UsageError(
+                f"{key}={value} cannot be meant: at most {cap:,} (a study of that size is "
+                "beyond what the storage and the scheduler are built for)"
+            )
     if not cfg.nuisance and cfg.budget.trials_per_point > 1:
         raise UsageError(
             f"nuisance: nothing to tune, so the {cfg.budget.trials_per_point} trials of each point "
@@ -90,6 +106,17 @@ def check_grid(cfg: StudyConfig, space: SearchSpace) -> None:
             )
 
 
+def check_sizes(cfg: StudyConfig, n_points: int) -> None:
+    """The study's whole size (points × trials per point) fits Optuna's storages."""
+    per_point = cfg.budget.trials_per_point + cfg.budget.confirm_seeds
+    if n_points * per_point > MAX_TRIALS:
+        raise UsageError(
+            f"budget.trials_per_point: {n_points} points × {per_point} trials is more trials "
+            f"than Optuna's storage numbers ({MAX_TRIALS:,}); lower budget.trials_per_point "
+            "or the number of scientific values"
+        )
+
+
 def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
     """The launcher's name and settings, and ``--detach`` (a SLURM job) → `UsageError`."""
     from stepscale.sweeps.launchers import LAUNCHERS
@@ -106,6 +133,20 @@ def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
     if name == "slurm":
         slurm_parameters(cfg.launcher, cfg.name)  # its own checks raise UsageError
     lc = cfg.launcher
+    for key in ("nodes", "tasks_per_node", "array_parallelism", "time_min", "timeout_min"):
+        value = getattr(lc, key, None)
+        if value is not None and value < 1:
+            raise UsageError(f"launcher.{key} must be at least 1, got {value}")
+    for key in ("max_requeues", "signal_delay_s", "gpus_per_trial", "gpus_per_task",
+                "gpus_per_node"):  # fmt: skip
+        value = getattr(lc, key, None)
+        if value is not None and value < 0:
+            raise UsageError(f"launcher.{key} must be 0 or more, got {value}")
+    for key in ("state_poll_s", "poll_s", "mem_gb", "cpus_per_task"):
+        value = getattr(lc, key, None)
+        if value is not None and not value > 0:
+            raise UsageError(f"launcher.{key} must be positive, got {value}")
+    _check_local_gpus(cfg)
     if lc.trials_per_job < 1:
         raise UsageError(f"launcher.trials_per_job must be at least 1, got {lc.trials_per_job}")
     if lc.trials_per_job > 1 and name != "slurm":
@@ -121,6 +162,23 @@ def check_launch(cfg: StudyConfig, *, detach: bool) -> None:
         raise UsageError(
             f"launcher.worker_max_rss_gb must be positive (or null: half the machine's memory "
             f"shared among the workers), got {lc.worker_max_rss_gb}"
+        )
+
+
+def _check_local_gpus(cfg: StudyConfig) -> None:
+    """With ``launcher.gpus_per_trial`` on this machine: the GPUs it shows hold
+    ``parallelism`` trials at once (checked here, not when the first trial is submitted,
+    so nothing is written); a machine whose GPUs cannot be counted is trusted."""
+    from stepscale.sweeps.launchers import ON_THIS_MACHINE, local_gpus
+
+    k = int(cfg.launcher.gpus_per_trial or 0)
+    if cfg.launcher.name not in ON_THIS_MACHINE or not k:
+        return
+    shown = len(local_gpus())
+    if shown and k * cfg.parallelism > shown:
+        raise UsageError(
+            f"launcher.gpus_per_trial={k}: {cfg.parallelism} trials at once (parallelism) "
+            f"need {k * cfg.parallelism} GPUs, this machine shows {shown}; lower parallelism"
         )
 
 

@@ -543,3 +543,31 @@ def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_runni
         assert events == (["start", "stopped", "resume"] if r["number"] == 1 else ["start"]), r
         steps = [m["step"] for m in _metrics(folder)]
         assert steps == sorted(set(steps)) and steps[-1] == 300, r
+
+
+def test_a_submission_sbatch_refuses_leaves_the_trials_queued_for_the_next_run(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """The cluster answers (the check before the run dir passes) but sbatch refuses the
+    trials' job (an sbatch option it does not know): exit 1 with one paragraph naming the
+    command, its exit code and what sbatch said; no traceback; the trials are queued, not
+    stopped, and the same command without the bad option runs them as first attempts."""
+    run_dir = tmp_path / "run"
+    args = ["run", "conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=1"]
+    args += ["parallelism=1", *SLURM, f"run_dir={run_dir}"]
+    refused = sweep([*args, "+launcher.additional.no_such_option=1"], cache=compile_cache)
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    (message,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("sweep: error:")]
+    assert re.search(r"`sbatch [^`]+` exited with code \d+: ", message), message
+    assert "unrecognized option '--no-such-option=1'" in message, message  # sbatch's stderr
+    assert "queued" in message, message
+    (record,) = trials_of(run_dir)["batch_size=8"]
+    assert record["state"] == "queued" and "job_id" not in record
+    status = sweep(["status", str(run_dir)])
+    assert "1 trial(s) queued" in status.stdout, status.stdout
+    again = sweep(args, cache=compile_cache)
+    assert again.returncode == 0, again.stderr
+    (record,) = trials_of(run_dir)["batch_size=8"]
+    assert record["state"] == "complete" and record["attempts"] == 1
+    assert "interruptions" not in record and record["job_id"].isdigit()

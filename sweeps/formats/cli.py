@@ -32,6 +32,7 @@ def add_format_commands(subparsers: Any) -> None:
         "--format", default="stepscale", metavar="F", help=f"one of {formats} (default stepscale)"
     )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    export.add_argument("--force", action="store_true", help="let -o replace an existing file")
 
     imp = subparsers.add_parser(
         "import", help="turn a search space of another tool into a study conf"
@@ -39,6 +40,7 @@ def add_format_commands(subparsers: Any) -> None:
     imp.add_argument("file", help="the search-space file ('-' reads stdin)")
     imp.add_argument("--format", required=True, metavar="F", help=f"one of {formats}")
     imp.add_argument("-o", "--output", metavar="FILE", help="write the conf YAML here")
+    imp.add_argument("--force", action="store_true", help="let -o replace an existing file")
     imp.add_argument(
         "--trainer",
         metavar="SPEC",
@@ -50,6 +52,21 @@ def add_format_commands(subparsers: Any) -> None:
 def _check_format(fmt: str) -> None:
     if fmt not in FORMATS:
         raise UsageError(f"--format: unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _check_output(output: str | None, force: bool) -> None:
+    """``-o FILE`` may replace a file only with ``--force`` (it may be a hand-written conf),
+    and never a folder: checked before anything is read or written."""
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise UsageError(f"-o {output}: is a folder; give a file name")
+    if path.exists() and not force:
+        raise UsageError(
+            f"-o {output}: the file exists and was left as it is; add --force to replace "
+            "it, or give another file name"
+        )
 
 
 def _write(text: str, output: str | None) -> None:
@@ -73,7 +90,11 @@ def run_export(args: argparse.Namespace) -> int:
     from stepscale.sweeps.validate import check_study
 
     _check_format(args.format)
+    _check_output(args.output, args.force)
     overrides = list(args.overrides)
+    from stepscale.sweeps.overrides import check_overrides
+
+    check_overrides(overrides, "export")  # a preset without conf=, Hydra's habits
     if not any(o.startswith("conf=") for o in overrides):
         raise UsageError("export needs conf=NAME (see `sweep list`)")
     from stepscale.sweeps.trainers import study_trainer
@@ -101,6 +122,7 @@ def run_import(args: argparse.Namespace) -> int:
     """`sweep import`: read a search space in ``args.format`` and print a study conf
     (YAML) that `sweep run` accepts; one warning line lists what was added or ignored."""
     _check_format(args.format)
+    _check_output(args.output, args.force)
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -108,9 +130,14 @@ def run_import(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.file}: cannot read it ({reason})") from None
     try:
         doc, notes = import_space(text, args.format, own_keys=args.trainer is not None)
+        conf, added = study_yaml(doc, args.format, trainer=args.trainer)
     except FormatError as exc:
         raise UsageError(f"{args.file}: {exc}") from None
-    conf, added = study_yaml(doc, args.format, trainer=args.trainer)
+    except RecursionError:  # a parser's recursion on hostile nesting ([[[[…]]]])
+        raise UsageError(
+            f"{args.file}: nested too deeply to be a search space (thousands of levels of "
+            "lists or mappings); check the file"
+        ) from None
     _write(conf, args.output)
     notes = [*notes, *added]
     if notes:
