@@ -24,6 +24,10 @@ import pytest
 
 _CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# Every test of this worker compiles through one persistent compilation cache: the tiny
+# configs the tests share compile once per worker, not once per test (tests/helpers.py
+# TEST_COMPILE_CACHE; the subprocesses that tests start inherit it).
+os.environ["STEPSCALE_TEST_COMPILE_CACHE"] = _CACHE
 
 
 # The slowest files first (measured): with pytest-xdist handing out whole files

@@ -20,6 +20,10 @@ from stepscale.reporters import Action, JsonlReporter, NullReporter
 WALL_KEYS = ("wall_s", "steps_per_s")
 
 
+# The test session's persistent compilation cache (set by conftest.py, one per worker).
+TEST_COMPILE_CACHE = os.environ.get("STEPSCALE_TEST_COMPILE_CACHE", "")
+
+
 def tiny_gpt(**overrides: Any) -> TrainerConfig:
     """A tiny GPT on the Markov source, one device, a few dozen steps."""
     cfg = TrainerConfig(name="t")
@@ -34,7 +38,7 @@ def tiny_gpt(**overrides: Any) -> TrainerConfig:
     cfg.train.log_every = 4
     cfg.train.eval_every = 8
     cfg.train.devices = 1
-    cfg.train.compile_cache_dir = ""
+    cfg.train.compile_cache_dir = TEST_COMPILE_CACHE
     return _apply(cfg, overrides)
 
 
@@ -56,7 +60,7 @@ def tiny_nqm(**overrides: Any) -> TrainerConfig:
     cfg.train.log_every = 10
     cfg.train.eval_every = 10
     cfg.train.devices = 1
-    cfg.train.compile_cache_dir = ""
+    cfg.train.compile_cache_dir = TEST_COMPILE_CACHE
     return _apply(cfg, overrides)
 
 

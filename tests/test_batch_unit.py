@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import TEST_COMPILE_CACHE
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import figures, load
@@ -117,7 +118,7 @@ def test_nqm_study_run_end_to_end_says_examples(
             "parallelism=1",
             "launcher=inline",
             "train.devices=1",
-            "train.compile_cache_dir=",
+            f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
             f"run_dir={run}",
         ]
     )

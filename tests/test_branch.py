@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TEST_COMPILE_CACHE
 
 from stepscale.analysis import load
 from stepscale.analysis.analyze import analyze
@@ -46,7 +47,7 @@ def test_branching_the_nqm_finds_its_noise_scale_at_the_start(
     run_dir = tmp_path / "base"
     code = main(
         ["run", "conf=branch_nqm", f"run_dir={run_dir}", "launcher=inline",
-         "train.devices=1", "train.compile_cache_dir=", "budget.max_steps=128"]
+         "train.devices=1", f"train.compile_cache_dir={TEST_COMPILE_CACHE}", "budget.max_steps=128"]
     )  # fmt: skip
     assert code == 0, capsys.readouterr().err
     capsys.readouterr()

@@ -12,11 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import read_jsonl, shadowing_packages, without_wall
+from helpers import TEST_COMPILE_CACHE, read_jsonl, shadowing_packages, without_wall
 
 from stepscale.sweeps.cli import main
 
-FAST = ["conf=train_smoke", "train.max_steps=20", "train.devices=1", "train.compile_cache_dir="]
+FAST = [
+    "conf=train_smoke",
+    "train.max_steps=20",
+    "train.devices=1",
+    f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+]
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

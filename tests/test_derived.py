@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import optuna_trials
+from helpers import TEST_COMPILE_CACHE, optuna_trials
 
 from stepscale.sweeps.cli import main
 from stepscale.sweeps.compose import prepare_study
@@ -18,7 +18,7 @@ from stepscale.sweeps.expr import ExprError, evaluate, names, parse
 from stepscale.sweeps.formats import FORMATS
 from stepscale.sweeps.study_files import fingerprint
 
-BETA2 = ["conf=beta2_halflife", "train.compile_cache_dir="]
+BETA2 = ["conf=beta2_halflife", f"train.compile_cache_dir={TEST_COMPILE_CACHE}"]
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def derived_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "run", "conf=lr_vs_batchsize", "optimizer=adamw", f"run_dir={run}",
             "scientific.batch_size.values=[4,64]", "nuisance.lr.choices=[0.01]",
             "budget.trials_per_point=1", "budget.max_steps=10", "parallelism=1",
-            "launcher=inline", "train.devices=1", "train.compile_cache_dir=",
+            "launcher=inline", "train.devices=1", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
             '+derived.t2={expr: "64 * log(0.5) / log(0.95)"}',
             '+derived.b2={path: optimizer.b2, expr: "0.5 ** (batch_size / t2)", low: 0.5}',
         ]

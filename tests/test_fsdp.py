@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import read_jsonl, tiny_gpt, tiny_nqm, without_wall
+from helpers import TEST_COMPILE_CACHE, read_jsonl, tiny_gpt, tiny_nqm, without_wall
 from jax.sharding import PartitionSpec
 
 from stepscale.models import checkpoint
@@ -328,7 +328,7 @@ def _study(tmp_path: Path, body: str) -> list[str]:
 def _sweep_run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     from stepscale.sweeps.cli import main
 
-    code = main(["run", *args, "launcher=inline", "train.compile_cache_dir="])
+    code = main(["run", *args, "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}"])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assert_exact_budget, optuna_trials, shadowing_packages, trials_of, wait_for
+from helpers import (
+    TEST_COMPILE_CACHE,
+    assert_exact_budget,
+    optuna_trials,
+    shadowing_packages,
+    trials_of,
+    wait_for,
+)
 from optuna.trial import TrialState
 
 from stepscale import rundir
@@ -33,7 +40,7 @@ def sweep(
 ) -> subprocess.CompletedProcess:
     """Run the real console script."""
     full = (
-        [SWEEP, *args, *FAST, f"train.compile_cache_dir={cache}"]
+        [SWEEP, *args, *FAST, f"train.compile_cache_dir={cache or TEST_COMPILE_CACHE}"]
         if args[0] == "run"
         else [SWEEP, *args]
     )
@@ -105,7 +112,15 @@ def user_study(tmp_path: Path, name: str, extra_yaml: str) -> list[str]:
 
 
 def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["run", *args, "launcher=inline", "train.devices=1", "train.compile_cache_dir="])
+    code = main(
+        [
+            "run",
+            *args,
+            "launcher=inline",
+            "train.devices=1",
+            f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+        ]
+    )
     out, err = capsys.readouterr()
     return code, out, err
 
