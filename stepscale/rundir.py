@@ -170,6 +170,7 @@ STATUS_KEYS = (
     "steps_to_target_interp",
     "target_loss",
     "best_eval_loss",
+    "initial_eval_loss",  # the step-0 evaluation (the "has it trained?" verdict)
     "final_eval_loss",
     "diverged_step",
     "params",

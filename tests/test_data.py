@@ -337,7 +337,9 @@ def test_bad_config_raises_config_error(overrides: dict, field: str) -> None:
 
 
 def test_unknown_source_message_lists_choices() -> None:
-    with pytest.raises(ConfigError, match="choose one of markov, tokens, text, shakespeare_char, teacher, nqm"):
+    with pytest.raises(
+        ConfigError, match="choose one of markov, tokens, text, shakespeare_char, teacher, nqm"
+    ):
         build_source(DataConfig(name="x"))
 
 

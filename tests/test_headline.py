@@ -160,7 +160,8 @@ def test_a_study_without_batch_axis_gives_the_best_per_point(tmp_path: Path) -> 
     best = {p.point: p.best_objective for p in a.points}
     g = h.groups[0]
     assert g.best_point == min(best, key=best.__getitem__) and g.value == min(best.values())
-    assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:]
+    assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:-1]
+    assert h.lines()[-1].startswith("trained: best trial ")
     shutil.rmtree(run)
 
 
