@@ -145,3 +145,25 @@ def test_bad_tokenizer_is_refused_when_building() -> None:
     with pytest.raises(ConfigError) as err:
         build_source(DataConfig(name="text", path="x", tokenizer="bpe"))
     assert err.value.field == "data.tokenizer" and "bytes, chars" in str(err.value)
+
+
+@pytest.mark.slow
+def test_the_nanogpt_preset_is_deterministic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two runs of `sweep train conf=train_shakespeare_char` (shortened to 40 steps, evaluated
+    every 20) give identical losses; the full run is benchmarks/shakespeare_char.py."""
+    short = ["train.max_steps=40", "train.eval_every=20", "train.log_every=20",
+             f"train.compile_cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    curves = []
+    for i in range(2):
+        run_dir = tmp_path / f"run{i}"
+        assert main(["train", "conf=train_shakespeare_char", *short, f"run_dir={run_dir}"]) == 0
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        curves.append(
+            [(r["step"], r.get("eval_loss"), r.get("train_loss")) for r in map(json.loads, lines)]
+        )
+    capsys.readouterr()
+    assert curves[0] == curves[1] and len(curves[0]) == 3
+    status = json.loads((tmp_path / "run0" / "status.json").read_text())
+    assert status["params"] == 795_904 + 64 * 128 and status["vocab_size"] == 65

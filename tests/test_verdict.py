@@ -204,3 +204,25 @@ def test_synthetic_study_that_learned_says_so_with_its_bcrit(tmp_path: Path) -> 
     h = headline(analyze(load(run)))
     assert h.learning.trained and h.lines()[0].startswith("B_crit")
     assert h.lines()[-1].startswith("trained: best trial ")
+
+
+@pytest.mark.slow
+def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_trained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """shakespeare_batchsize, shrunk, with the LR pinned at 1e-8: "not trained", no B_crit."""
+    run_dir = tmp_path / "run"
+    code = main([
+        "run", "conf=shakespeare_batchsize", "nuisance.lr.low=1e-8", "nuisance.lr.high=2e-8",
+        "scientific.batch_size.values=[8,16,32]", "budget.trials_per_point=1",
+        "budget.max_steps=20", "data.eval_examples=32", "data.eval_batch=32",
+        f"train.compile_cache_dir={tmp_path / 'cache'}", f"run_dir={run_dir}",
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    answer = out[out.index("answer:") :]
+    assert NOT_TRAINED.upper() in answer and "B_crit" not in answer, answer
+    assert "unigram entropy of the training split" in answer
+    v = analyze(load(run_dir)).learning
+    assert v.trained is False and v.best is not None
+    assert v.best.baseline == pytest.approx(3.309, abs=1e-3)
