@@ -112,6 +112,9 @@ class ObjectiveConfig:
     kind: str = "steps_to_target"  # steps_to_target | final_eval_loss | min_eval_loss
     target_loss: float | None = None
     stop_at_target: bool = False  # end trials at the target (saves compute, shortens curves)
+    # More target losses the analysis refits S(B) at (B_crit vs target), beside target_loss
+    # and the automatic ones; with stop_at_target they must be easier (above target_loss).
+    report_targets: list[float] = field(default_factory=list)
 
 
 @dataclass
