@@ -30,7 +30,7 @@ from typing import Any
 from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.fits.steps import StepsFit
-from stepscale.analysis.study import StudyAnalysis
+from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
 
 __all__ = [
@@ -189,6 +189,9 @@ class GroupHeadline:
     best_point: str = ""
     per_point: tuple[tuple[str, float], ...] = ()
     warnings: tuple[str, ...] = ()
+    # B_crit at the study's other targets whose S(B) fit is well-posed and determined:
+    # (target, B_crit, low, high), hardest target first
+    at_targets: tuple[tuple[float, float, float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -203,6 +206,10 @@ class GroupHeadline:
             "best_point": self.best_point or None,
             "per_point": [{"point": p, "best": jsonable(v)} for p, v in self.per_point],
             "warnings": list(self.warnings),
+            "at_targets": [
+                {"target": t, "b_crit": jsonable(v), "ci": jsonable((lo, hi))}
+                for t, v, lo, hi in self.at_targets
+            ],
         }
 
 
@@ -273,6 +280,13 @@ class Headline:
             for g in self.groups:
                 pre = "" if g.group == "all" else f"{g.group}: "
                 out += [f"  {pre}{p}: best {sig(v)}" for p, v in g.per_point]
+        for g in self.groups:
+            if g.at_targets:
+                pre = "" if g.group == "all" else f"{g.group}: "
+                parts = [
+                    f"< {t:g}: {sig(v)} ({sig(lo)}–{sig(hi)})" for t, v, lo, hi in g.at_targets
+                ]
+                out.append(f"  {pre}B_crit at other targets: {'; '.join(parts)}")
         if self.learning.points:
             out.append(self.learning.line())
         return out
@@ -299,6 +313,21 @@ class Headline:
 
 def _group_trials(a: StudyAnalysis, group: str) -> int:
     return sum(p.n_tune for p in a.points if p.group == group)
+
+
+def _other_targets(
+    g: GroupFits, primary: float | None
+) -> tuple[tuple[float, float, float, float], ...]:
+    """B_crit at the group's other well-posed, determined targets (hardest first)."""
+    if g.at_targets is None:
+        return ()
+    out = []
+    for t in g.at_targets.well_posed:
+        fit = g.at_targets.fits[t]
+        if t == primary or not steps_fit_determination(fit).determined:
+            continue
+        out.append((float(t), float(fit.b_crit), float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])))
+    return tuple(out)
 
 
 def headline(a: StudyAnalysis) -> Headline:
@@ -333,6 +362,7 @@ def headline(a: StudyAnalysis) -> Headline:
                     n_trials,
                     steps_fit_determination(fit),
                     warnings=tuple(fit.warnings) + ((problem,) if problem else ()),
+                    at_targets=_other_targets(g, a.target),
                 )
             )
     else:

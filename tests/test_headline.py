@@ -300,6 +300,12 @@ def test_a_studys_report_targets_are_fitted_beside_its_target(tmp_path: Path) ->
     (run / "study.json").write_text(json.dumps(study))
     a = analyze(load(run))
     assert a.target == 2.0 and a.targets == (2.0, 2.5, 3.0) and not a.automatic
+    h = headline(a)
+    others = h.groups[0].at_targets
+    assert [t for t, *_ in others] == [2.5, 3.0]
+    for t, value, low, high in others:  # B_crit(L) = 128·(L/2)^-2 in the synthetic study
+        assert low < value < high and value == pytest.approx(128 * (t / 2) ** -2, rel=0.2)
+    assert any(line.startswith("  B_crit at other targets: < 2.5: ") for line in h.lines())
 
 
 def test_report_targets_harder_than_a_stopping_target_are_refused(

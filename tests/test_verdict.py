@@ -74,8 +74,10 @@ def _config(source: str, tmp_path: Path) -> TrainerConfig:
         cfg.data.path = str(path)
     if source == "text":
         cfg.data.path, cfg.data.tokenizer = _text_file(tmp_path), "chars"
-    if source == "shakespeare_char":
+    if source == "shakespeare_char":  # real text: past the unigram level takes longer
         cfg.data.tokenizer, cfg.data.heldout_frac = "chars", 0.1
+        cfg.train.max_steps = cfg.train.log_every = cfg.train.eval_every = 200
+        cfg.optimizer.lr = 0.03
     if source == "teacher":
         cfg.model.name = "mlp"
         cfg.data.global_batch = 64
@@ -215,7 +217,7 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
     code = main([
         "run", "conf=shakespeare_batchsize", "nuisance.lr.low=1e-8", "nuisance.lr.high=2e-8",
         "scientific.batch_size.values=[8,16,32]", "budget.trials_per_point=1",
-        "budget.max_steps=20", "data.eval_examples=32", "data.eval_batch=32",
+        "budget.max_steps=20", "nuisance.warmup.high=5", "data.eval_examples=32", "data.eval_batch=32",
         f"train.compile_cache_dir={tmp_path / 'cache'}", f"run_dir={run_dir}",
     ])  # fmt: skip
     out, err = capsys.readouterr()
