@@ -202,7 +202,7 @@ def document(
     blocks += [para(w, "warning") for w in a.warnings]
     blocks += [para(n, "note") for n in notes]
     blocks += [heading("Points"), points_table(a)]
-    blocks += learning_section(a)
+    blocks += fold_tables(learning_section(a))
     blocks += fold_tables(fit_section(a), keep=1)
     blocks += fold_tables(health)
     if set(pngs) - {first}:
