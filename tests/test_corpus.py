@@ -153,7 +153,7 @@ def test_the_nanogpt_preset_is_deterministic(
 ) -> None:
     """Two runs of `sweep train conf=train_shakespeare_char` (shortened to 40 steps, evaluated
     every 20) give identical losses; the full run is benchmarks/shakespeare_char.py."""
-    short = ["train.max_steps=40", "train.eval_every=20", "train.log_every=20",
+    short = ["train.max_steps=40", "train.eval_every=20", "train.log_every=20", "schedule.warmup_steps=10",
              f"train.compile_cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     curves = []
     for i in range(2):
