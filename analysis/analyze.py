@@ -37,6 +37,7 @@ from stepscale.analysis.fits.steps import StepsToResult, steps_to_result
 from stepscale.analysis.fits.targets import BcritAtTargets, bcrit_at_targets
 from stepscale.analysis.load import FINAL_STATES
 from stepscale.analysis.study import FitSettings, GroupFits, StudyAnalysis
+from stepscale.analysis.verdict import verdict
 
 __all__ = ["DROPPED", "analyze", "usable_objective"]
 
@@ -376,4 +377,5 @@ def analyze(
         notes=tuple(notes),
         settings=settings,
         batch_unit=unit,
+        learning=verdict(ds),
     )

@@ -205,7 +205,8 @@ def choose_targets(
 ) -> tuple[float | None, tuple[float, ...], tuple[float, ...]]:
     """(primary target, all targets ascending, the ones chosen automatically).
 
-    The primary target is the study's ``target_loss``, else the first given one. With
+    The primary target is the study's ``target_loss``, else the first given one; the
+    study's ``objective.report_targets`` count as given. With
     fewer than three targets and a batch-size axis, targets are added between the
     loss every point's best tune trial reaches and the median initial eval loss (5, 15,
     30 and 50% of the way up), so B_crit can be fitted against the target. They are
@@ -215,6 +216,7 @@ def choose_targets(
     """
     study_target = ds.attrs.get("target_loss")
     explicit = [float(t) for t in ([study_target] if study_target is not None else [])]
+    explicit += [float(t) for t in json.loads(ds.attrs.get("report_targets") or "[]")]
     explicit += [float(t) for t in given]
     explicit = list(dict.fromkeys(t for t in explicit if math.isfinite(t)))
     auto: list[float] = []

@@ -4,6 +4,10 @@
   interval, per group of trials;
 - any other study: the objective's best per point (and the point where it is lowest).
 
+Before either, the headline says whether the study trained at all (analysis.verdict): a
+study whose best trial did not beat the task's baseline by a clear margin answers
+**"not trained"** with those numbers, and no B_crit or best objective.
+
 Every headline says what it rests on (points, trials) and whether it is **determined**.
 A fit is *not determined* when it rests on fewer than :data:`MIN_POINTS` points, or when
 its interval is too wide to say anything: for a scale such as B_crit, an interval whose
@@ -20,13 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.fits.steps import StepsFit
-from stepscale.analysis.study import StudyAnalysis
+from stepscale.analysis.study import GroupFits, StudyAnalysis
+from stepscale.analysis.verdict import Verdict
 
 __all__ = [
     "MAX_CI_FACTOR",
@@ -184,6 +189,9 @@ class GroupHeadline:
     best_point: str = ""
     per_point: tuple[tuple[str, float], ...] = ()
     warnings: tuple[str, ...] = ()
+    # B_crit at the study's other targets whose S(B) fit is well-posed and determined:
+    # (target, B_crit, low, high), hardest target first
+    at_targets: tuple[tuple[float, float, float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -198,6 +206,10 @@ class GroupHeadline:
             "best_point": self.best_point or None,
             "per_point": [{"point": p, "best": jsonable(v)} for p, v in self.per_point],
             "warnings": list(self.warnings),
+            "at_targets": [
+                {"target": t, "b_crit": jsonable(v), "ci": jsonable((lo, hi))}
+                for t, v, lo, hi in self.at_targets
+            ],
         }
 
 
@@ -212,11 +224,21 @@ class Headline:
     objective_kind: str
     partial: bool
     groups: tuple[GroupHeadline, ...]
+    learning: Verdict = field(default_factory=lambda: Verdict(()))
+
+    @property
+    def trained(self) -> bool:
+        """False only when the verdict is "not trained" (unknown counts as trained)."""
+        return self.learning.trained is not False
 
     @property
     def determined(self) -> bool:
-        """Every group's answer is determined."""
-        return bool(self.groups) and all(g.determination.determined for g in self.groups)
+        """The study trained and every group's answer is determined."""
+        return (
+            self.trained
+            and bool(self.groups)
+            and all(g.determination.determined for g in self.groups)
+        )
 
     def group_text(self, g: GroupHeadline) -> str:
         """One line: the answer of group ``g`` (or "not determined" and why) and its basis."""
@@ -241,17 +263,32 @@ class Headline:
         )
 
     def lines(self) -> list[str]:
-        """The headline as text lines (per group, then per point for objective studies)."""
-        if not self.groups:
+        """The headline as text lines: the verdict, then the answer per group (per point too
+        for objective studies); only the verdict and the points when it did not train."""
+        if not self.trained:
+            out = [self.learning.line()]
+            out += [f"  {p.point}: {p.text()}" for p in self.learning.points]
+        elif not self.groups:
             out = ["no answer yet: no point has a finished trial with a usable objective"]
         else:
             out = [self.group_text(g) for g in self.groups]
         if self.partial:
             out[0] = "PARTIAL (the study is still running): " + out[0]
+        if not self.trained:
+            return out
         if self.kind == "objective":
             for g in self.groups:
                 pre = "" if g.group == "all" else f"{g.group}: "
                 out += [f"  {pre}{p}: best {sig(v)}" for p, v in g.per_point]
+        for g in self.groups:
+            if g.at_targets:
+                pre = "" if g.group == "all" else f"{g.group}: "
+                parts = [
+                    f"< {t:g}: {sig(v)} ({sig(lo)}–{sig(hi)})" for t, v, lo, hi in g.at_targets
+                ]
+                out.append(f"  {pre}B_crit at other targets: {'; '.join(parts)}")
+        if self.learning.points:
+            out.append(self.learning.line())
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -264,6 +301,7 @@ class Headline:
             "objective": self.objective_kind,
             "partial": self.partial,
             "determined": self.determined,
+            "trained": self.learning.to_dict(),
             "groups": [g.to_dict() for g in self.groups],
             "rules": {
                 "min_points": MIN_POINTS,
@@ -275,6 +313,21 @@ class Headline:
 
 def _group_trials(a: StudyAnalysis, group: str) -> int:
     return sum(p.n_tune for p in a.points if p.group == group)
+
+
+def _other_targets(
+    g: GroupFits, primary: float | None
+) -> tuple[tuple[float, float, float, float], ...]:
+    """B_crit at the group's other well-posed, determined targets (hardest first)."""
+    if g.at_targets is None:
+        return ()
+    out = []
+    for t in g.at_targets.well_posed:
+        fit = g.at_targets.fits[t]
+        if t == primary or not steps_fit_determination(fit).determined:
+            continue
+        out.append((float(t), float(fit.b_crit), float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])))
+    return tuple(out)
 
 
 def headline(a: StudyAnalysis) -> Headline:
@@ -309,6 +362,7 @@ def headline(a: StudyAnalysis) -> Headline:
                     n_trials,
                     steps_fit_determination(fit),
                     warnings=tuple(fit.warnings) + ((problem,) if problem else ()),
+                    at_targets=_other_targets(g, a.target),
                 )
             )
     else:
@@ -348,4 +402,5 @@ def headline(a: StudyAnalysis) -> Headline:
         objective_kind=a.objective_kind,
         partial=a.partial,
         groups=tuple(groups),
+        learning=a.learning,
     )

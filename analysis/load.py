@@ -19,7 +19,7 @@ The run directory is the contract of docs/run-dir.md. The dataset holds:
 - the derived 2-D coordinates ``tokens`` and ``examples`` = step × per-step count (the
   logged value where one was logged);
 - attributes: ``study``, ``objective_kind``, ``target_loss`` (absent without a
-  target), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
+  target), ``report_targets`` (JSON list of the study's further targets, when it has some), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
   run.json has no end time), trial counts, ``batch_unit``: what a batch size counts
   (``sequences``, ``examples`` …; :func:`batch_unit_of`), and ``branches`` (JSON, only
   when `sweep branch` measured the critical batch over training:
@@ -352,6 +352,13 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     level = objective.get("claim_level")  # of claims with statistics (analysis.claims)
     if isinstance(level, (int, float)) and not isinstance(level, bool):
         attrs["claim_level"] = float(level)
+    more = [
+        float(t)
+        for t in objective.get("report_targets") or []
+        if isinstance(t, (int, float)) and not isinstance(t, bool)
+    ]
+    if more:
+        attrs["report_targets"] = json.dumps(more)
     branches = dataset_attr(root)
     if branches is not None:
         attrs["branches"] = branches

@@ -43,6 +43,7 @@ from stepscale.analysis.fits.spread import (
 )
 from stepscale.analysis.fits.steps import StepsFit, StepsToResult
 from stepscale.analysis.fits.targets import BcritAtTargets
+from stepscale.analysis.verdict import Verdict
 
 __all__ = ["FitSettings", "GroupFits", "StudyAnalysis"]
 
@@ -114,6 +115,7 @@ class StudyAnalysis:
     notes: tuple[str, ...]
     settings: FitSettings
     batch_unit: str  # what batch sizes, B_crit, E_min and B_simple count
+    learning: Verdict = field(default_factory=lambda: Verdict(()))  # has it trained?
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -219,6 +221,7 @@ class StudyAnalysis:
                 ],
             },
             "ablation": None if self.ablation is None else self.ablation.to_dict(),
+            "trained": self.learning.to_dict(),
             "notes": list(self.notes) + [n for g in self.groups for n in g.notes],
             "warnings": list(self.warnings),
         }

@@ -25,6 +25,7 @@ class ModelConfig:
     max_seq_len: int | None = None
     pos_emb: str = "learned"  # learned | rotary
     tie_embeddings: bool = False
+    bias: bool = True  # biases in the linear layers and LayerNorms (false: nanoGPT's bias=False)
     # mlp
     hidden: int | None = None
     depth: int | None = None
@@ -58,7 +59,7 @@ class RampupConfig:
 class DataConfig:
     """Data source and MaxText batch semantics (global batch in examples/sequences)."""
 
-    name: str = "markov"  # markov | tokens | text | teacher | nqm
+    name: str = "markov"  # markov | tokens | text | shakespeare_char | teacher | nqm
     global_batch: int = 32  # the batch of every step, or the one a ramp leads to
     rampup: RampupConfig = field(default_factory=RampupConfig)
     seq_len: int = 64
@@ -71,9 +72,10 @@ class DataConfig:
     order: int = 2
     branching: int = 4
     concentration: float = 1.0  # Dirichlet concentration of successor probabilities
-    # tokens / text
+    # tokens / text / shakespeare_char
     path: str = ""
     dtype: str = "uint16"  # tokens: uint16 | uint32
+    tokenizer: str = "bytes"  # text: bytes | chars (models/data/tokenize.py)
     heldout_frac: float = 0.05
     # teacher (mlp): x ~ N(0, I_input_dim), y ~ softmax(teacher(x) / temperature)
     input_dim: int = 32

@@ -338,7 +338,8 @@ def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
     static = {
         "model": dataclasses.asdict(nets.resolve(cfg.model, info)),
         "data": data,
-        "info": dataclasses.asdict(info) | {"loss_floor": None},
+        "info": dataclasses.asdict(info)
+        | {"loss_floor": None, "baseline_loss": None, "baseline": None, "vocabulary": None},
         "optimizer": [cfg.optimizer.name, cfg.optimizer.nesterov, cfg.optimizer.trust_coefficient],
         "schedule": cfg.schedule.name,
         "batch": dataclasses.asdict(batch),
@@ -347,6 +348,18 @@ def _static_key(cfg: TrainerConfig, batch: BatchPlan, info: DataInfo) -> str:
         **({"update_clip": True} if cfg.optimizer.update_clip > 0 else {}),
     }
     return json.dumps(static, sort_keys=True, default=str)
+
+
+def _with_baseline(cfg: TrainerConfig, info: DataInfo) -> DataInfo:
+    """The data's facts with the model's trivial baseline where only the model knows it:
+    the NQM's expected loss at its starting point (its floor is 0)."""
+    if info.baseline_loss is not None or cfg.model.name != "nqm":
+        return info
+    return dataclasses.replace(
+        info,
+        baseline_loss=nets.nqm_initial_loss(cfg.model),
+        baseline="the expected loss at the starting point",
+    )
 
 
 def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
@@ -359,7 +372,7 @@ def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
     devices = _check_train(cfg)
     _choice("model.name", cfg.model.name, nets.MODELS)
     source = build_source(cfg.data, nqm_dim=cfg.model.dim)
-    info = source.info
+    info = _with_baseline(cfg, source.info)
     model = nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
     _check_eval_positions(cfg, info)
     _warn_if_nothing_shards(cfg, info, devices)
@@ -441,4 +454,9 @@ def describe(plan: RunPlan) -> dict[str, Any]:
         "params": plan.n_params,
         "flops_per_step": plan.flops_per_step,
         "loss_floor": plan.info.loss_floor,
+        "baseline_loss": plan.info.baseline_loss,
+        "baseline": plan.info.baseline,
+        **({"tokenizer": plan.info.tokenizer} if plan.info.tokenizer else {}),
+        **({"vocabulary": plan.info.vocabulary} if plan.info.vocabulary is not None else {}),
+        **({"vocab_size": plan.info.vocab_size} if plan.info.vocab_size else {}),
     }

@@ -624,6 +624,7 @@ class Trainer:
             "steps_to_target_interp": loop.steps_to_target_interp,
             "target_loss": self.cfg.train.target_loss,
             "best_eval_loss": loop.best_eval_loss,
+            "initial_eval_loss": loop.initial_loss,
             "final_eval_loss": (
                 loop.last_eval_loss
                 if ending.state != "diverged" or ending.reason == ABOVE_START

@@ -103,7 +103,7 @@ SEQUENCES = "sequences"
 EXAMPLES = "examples"
 # The built-in trainer's data sources whose examples are sequences (``data.name``); its
 # other sources (``nqm``, ``teacher``) draw one vector per example.
-SEQUENCE_SOURCES = ("markov", "tokens", "text")
+SEQUENCE_SOURCES = ("markov", "tokens", "text", "shakespeare_char")
 EXAMPLE_SOURCES = ("nqm", "teacher")
 
 
@@ -171,6 +171,7 @@ STATUS_KEYS = (
     "steps_to_target_interp",
     "target_loss",
     "best_eval_loss",
+    "initial_eval_loss",  # the step-0 evaluation (the "has it trained?" verdict)
     "final_eval_loss",
     "diverged_step",
     "params",
@@ -190,6 +191,11 @@ STATUS_KEYS = (
     "examples_per_step",
     "flops_per_step",
     "loss_floor",
+    "baseline_loss",  # the eval loss of the trivial baseline (unigram, uniform, the start)
+    "baseline",  # what that baseline is
+    "tokenizer",  # text sources: bytes | chars
+    "vocabulary",  # chars: the characters in id order
+    "vocab_size",
     "state_bytes_per_device",  # parameters + optimizer state (+ EMA) on one device
     "resharded_from",  # the layout of the checkpoint a resume read, when it was another
     "rampup_steps",  # the first step at the final batch (0: no batch ramp)

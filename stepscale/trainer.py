@@ -86,6 +86,7 @@ PLAN_KEYS = (
     "params",
     "flops_per_step",
     "loss_floor",
+    "baseline_loss",  # the trivial baseline's eval loss (the "has it trained?" verdict)
 )
 
 # Environment of every trial (Python and command trainers alike).

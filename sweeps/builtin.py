@@ -65,6 +65,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     """Dotted key → the names the built-in trainer accepts there (models, model sizes,
     data sources, optimizers, schedules). Imports JAX (through the optimizers)."""
     from stepscale.models.data import SOURCES
+    from stepscale.models.data.tokenize import TOKENIZERS
     from stepscale.models.nets.presets import MODELS, PRESETS
     from stepscale.models.optim import OPTIMIZERS
     from stepscale.models.schedules import SCHEDULES
@@ -74,6 +75,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
         "model.name": tuple(MODELS),
         "model.size": sizes,
         "data.name": tuple(SOURCES),
+        "data.tokenizer": tuple(TOKENIZERS),
         "optimizer.name": tuple(OPTIMIZERS),
         "schedule.name": tuple(SCHEDULES),
     }
@@ -121,6 +123,7 @@ def validate(tree: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
         "params": plan.n_params,
         "flops_per_step": plan.flops_per_step,
         "loss_floor": plan.info.loss_floor,
+        "baseline_loss": plan.info.baseline_loss,
     }
 
 

@@ -134,6 +134,9 @@ class ObjectiveConfig:
     # A comparison's claim ("arm A reaches the target in fewer steps") is shown when its
     # one-sided Welch test gives p below this (analysis.claims; docs/science.md).
     claim_level: float = 0.01
+    # More target losses the analysis refits S(B) at (B_crit vs target), beside target_loss
+    # and the automatic ones; with stop_at_target they must be easier (above target_loss).
+    report_targets: list[float] = field(default_factory=list)
 
 
 @dataclass

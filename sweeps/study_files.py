@@ -32,7 +32,7 @@ MUTABLE = {
     "heartbeat_timeout_s", "launcher", "storage", "budget.trials_per_point",
     "budget.confirm_seeds", "train.compile_cache_dir", "train.devices", "data.max_microbatch",
     "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
-    "train.distributed_timeout_s", "loggers", "objective.claim_level",
+    "train.distributed_timeout_s", "loggers", "objective.claim_level", "objective.report_targets",
 }  # fmt: skip
 
 

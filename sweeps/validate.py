@@ -4,6 +4,7 @@ sampler's grid holds the budget. All of them run before the run dir is made."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from stepscale.sweeps.errors import UsageError
@@ -72,6 +73,7 @@ def check_study(cfg: StudyConfig) -> None:
     check_sampler(cfg.sampler)
     check_pruner(cfg.pruner)
     check_transfer(cfg)
+    _check_report_targets(cfg)
     if cfg.pruner.name == "deadline" and not (
         cfg.objective.kind == "steps_to_target" and cfg.objective.stop_at_target
     ):
@@ -79,6 +81,20 @@ def check_study(cfg: StudyConfig) -> None:
             "pruner=deadline stops trials that cannot become their point's fewest steps to "
             "target: it needs objective.kind=steps_to_target and objective.stop_at_target=true"
         )
+
+
+def _check_report_targets(cfg: StudyConfig) -> None:
+    """``objective.report_targets``: finite numbers; above ``target_loss`` when trials stop
+    there (a curve cut at the target never reaches a harder one)."""
+    o = cfg.objective
+    for t in o.report_targets:
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+            raise UsageError(f"objective.report_targets: {t!r} is not a finite loss")
+        if o.stop_at_target and o.target_loss is not None and t <= o.target_loss:
+            raise UsageError(
+                f"objective.report_targets: {t:g} is not above target_loss = {o.target_loss:g}; "
+                "trials stop at target_loss (stop_at_target), so a harder target is never reached"
+            )
 
 
 def check_loggers_installed(names: list[str]) -> None:

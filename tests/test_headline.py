@@ -160,7 +160,8 @@ def test_a_study_without_batch_axis_gives_the_best_per_point(tmp_path: Path) -> 
     best = {p.point: p.best_objective for p in a.points}
     g = h.groups[0]
     assert g.best_point == min(best, key=best.__getitem__) and g.value == min(best.values())
-    assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:]
+    assert [f"  {p}: best {sig(v)}" for p, v in best.items()] == h.lines()[1:-1]
+    assert h.lines()[-1].startswith("trained: best trial ")
     shutil.rmtree(run)
 
 
@@ -290,3 +291,29 @@ def test_a_bcrit_outside_the_measured_batch_sizes_is_not_determined() -> None:
     flat = SimpleNamespace(n_points=3, b_crit_ci=(9.14, 9.14), batch_sizes=(8.0, 32.0, 128.0))
     det = steps_fit_determination(flat)  # type: ignore[arg-type]
     assert not det.determined and "no width" in det.reason
+
+
+def test_a_studys_report_targets_are_fitted_beside_its_target(tmp_path: Path) -> None:
+    run = make_run_dir(tmp_path / "run", Spec(batches=(16, 32, 64, 128)))
+    study = json.loads((run / "study.json").read_text())
+    study["objective"]["report_targets"] = [2.5, 3.0]
+    (run / "study.json").write_text(json.dumps(study))
+    a = analyze(load(run))
+    assert a.target == 2.0 and a.targets == (2.0, 2.5, 3.0) and not a.automatic
+    h = headline(a)
+    others = h.groups[0].at_targets
+    assert [t for t, *_ in others] == [2.5, 3.0]
+    for t, value, low, high in others:  # B_crit(L) = 128·(L/2)^-2 in the synthetic study
+        assert low < value < high and value == pytest.approx(128 * (t / 2) ** -2, rel=0.2)
+    assert any(line.startswith("  B_crit at other targets: < 2.5: ") for line in h.lines())
+
+
+def test_report_targets_harder_than_a_stopping_target_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stepscale.sweeps.cli import main
+
+    code = main(
+        ["run", "conf=shakespeare_batchsize", "objective.report_targets=[2.3]", "--dry-run"]
+    )
+    assert code == 2 and "objective.report_targets" in capsys.readouterr().err

@@ -88,6 +88,7 @@ def train_losses(model: nnx.Module, batch: dict, steps: int, lr: float) -> list[
         (ModelConfig(size="small"), LM),
         (ModelConfig(pos_emb="rotary"), LM),
         (ModelConfig(tie_embeddings=True), LM),
+        (ModelConfig(tie_embeddings=True, bias=False), LM),
         (ModelConfig(pos_emb="rotary", tie_embeddings=True, n_layers=1), LM),
         (ModelConfig(d_model=48, n_heads=3, n_layers=3, mlp_ratio=2.5, vocab_size=80), LM),
         (ModelConfig(max_seq_len=100, param_dtype="bfloat16"), LM),
@@ -123,6 +124,21 @@ def test_gpt_small_preset_size() -> None:
 def test_gpt_base_tied_matches_gpt2_small() -> None:
     info = DataInfo(kind="lm", vocab_size=50257, seq_len=1024, tokens_per_example=1024)
     assert count_params(ModelConfig(size="base", tie_embeddings=True), info) == 124_439_808
+
+
+def test_bias_free_tied_gpt_matches_nanogpts_shakespeare_char_model() -> None:
+    """nanoGPT's CPU Tiny Shakespeare model (4 x 128, 65 characters, context 64, bias=False)
+    has 0.80M parameters without its position table: 795,904."""
+    from stepscale.models.nets.gpt import gpt_param_counts
+    from stepscale.models.nets.presets import resolve
+
+    info = DataInfo(kind="lm", vocab_size=65, seq_len=64, tokens_per_example=64)
+    cfg = ModelConfig(n_layers=4, d_model=128, n_heads=4, tie_embeddings=True, bias=False)
+    counts = gpt_param_counts(resolve(cfg, info))
+    assert sum(counts.values()) - counts["position"] == 795_904
+    model = nnx.eval_shape(lambda: build_model(cfg, info, nnx.Rngs(0)))
+    paths = jax.tree_util.tree_leaves_with_path(nnx.state(model))
+    assert paths and not any("bias" in jax.tree_util.keystr(path) for path, _ in paths)
 
 
 def test_every_preset_resolves() -> None:

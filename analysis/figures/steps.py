@@ -214,6 +214,8 @@ def tradeoff(a: StudyAnalysis, ds: xr.Dataset) -> Tradeoff | None:
     if rec is None:
         return None
     ex = tuple(tuple(b * s for b, s in zip(se.batch, se.steps, strict=True)) for se in rec.series)
+    if not any(e > 0 and math.isfinite(e) for row in ex for e in row):
+        return None  # no batch size reached the target: nothing to draw on log axes
     return Tradeoff(
         rec.target,
         tuple(s.label for s in rec.series),

@@ -26,6 +26,7 @@ from stepscale.analysis.report.blocks import (
     toc,
 )
 from stepscale.analysis.report.course import course_sections
+from stepscale.analysis.report.learning import learning_section
 from stepscale.analysis.report.sections import (
     ablation_section,
     fit_section,
@@ -201,6 +202,7 @@ def document(
     blocks += [para(w, "warning") for w in a.warnings]
     blocks += [para(n, "note") for n in notes]
     blocks += [heading("Points"), points_table(a)]
+    blocks += fold_tables(learning_section(a))
     blocks += fold_tables(fit_section(a), keep=1)
     blocks += fold_tables(health)
     if set(pngs) - {first}:

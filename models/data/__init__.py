@@ -1,8 +1,10 @@
 """Data sources: validate a ``DataConfig`` and build the source it names.
 
 Sources: ``markov`` (device-side sparse Markov chain, exact loss floor), ``tokens``
-(binary token file), ``text`` (bytes of a text file), ``teacher`` (device-side random
-teacher network labels) and ``nqm`` (device-side standard normal noise).
+(binary token file), ``text`` (a text file read as bytes or characters:
+``data.tokenizer``), ``shakespeare_char`` (the shipped Tiny Shakespeare, characters),
+``teacher`` (device-side random teacher network labels) and ``nqm`` (device-side standard
+normal noise).
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from stepscale.models.data.files import TOKEN_DTYPES, FileSource
 from stepscale.models.data.markov import MarkovSource
 from stepscale.models.data.nqm import NQMSource
 from stepscale.models.data.teacher import TeacherSource
+from stepscale.models.data.tokenize import SHAKESPEARE, check_tokenizer
 from stepscale.models.errors import ConfigError
 
 __all__ = ["SOURCES", "Batch", "DataInfo", "DataSource", "build_source"]
 
-SOURCES = ("markov", "tokens", "text", "teacher", "nqm")
+SOURCES = ("markov", "tokens", "text", "shakespeare_char", "teacher", "nqm")
+TEXT_SOURCES = ("text", "shakespeare_char")
 MAX_CONTEXTS = 1 << 22  # vocab_size ** order
 MAX_TABLE = 1 << 25  # vocab_size ** order * branching entries per Markov table
 
@@ -38,6 +42,15 @@ def build_source(cfg: DataConfig, *, nqm_dim: int = 100) -> DataSource:
     if cfg.name == "markov":
         _check_markov(cfg)
         return MarkovSource(cfg)
+    if cfg.name == "shakespeare_char":
+        _check_files(cfg)
+        if cfg.path:
+            raise ConfigError(
+                "data.path",
+                "shakespeare_char reads the text shipped with stepscale; for another file "
+                "use data=text data.path=FILE (data.tokenizer=chars reads it the same way)",
+            )
+        return FileSource(cfg, text=True, path=str(SHAKESPEARE))
     if cfg.name in ("tokens", "text"):
         _check_files(cfg)
         return FileSource(cfg, text=cfg.name == "text")
@@ -62,7 +75,7 @@ def _check_common(cfg: DataConfig) -> None:
         )
     if not _is_int(cfg.seed) or cfg.seed < 0:
         raise ConfigError("data.seed", f"must be an integer >= 0, got {cfg.seed!r}")
-    if cfg.name in ("markov", "tokens", "text"):
+    if cfg.name in ("markov", "tokens", *TEXT_SOURCES):
         _positive_int("data.seq_len", cfg.seq_len)
 
 
@@ -94,7 +107,9 @@ def _check_markov(cfg: DataConfig) -> None:
 
 
 def _check_files(cfg: DataConfig) -> None:
-    """Token dtype and held-out fraction; the file itself is checked when opened."""
+    """Token dtype, tokenizer and held-out fraction; the file itself is checked when opened."""
+    if cfg.name in TEXT_SOURCES:
+        check_tokenizer(cfg.tokenizer)
     if cfg.name == "tokens" and cfg.dtype not in TOKEN_DTYPES:
         raise ConfigError(
             "data.dtype", f"unknown token dtype {cfg.dtype!r}; choose one of uint16, uint32"

@@ -33,6 +33,13 @@ class DataInfo:
     n_classes: int | None = None  # classify
     loss_floor: float | None = None  # exact minimum of the expected eval loss, if known
     tokens_per_example: int = 1  # lm: seq_len; others: 1
+    # The trivial baseline: the eval loss of a model that learned nothing useful (unigram
+    # entropy of the training split for text and tokens, log(classes), log(vocab) of the
+    # Markov chain), and what it is; None = not known from the data alone.
+    baseline_loss: float | None = None
+    baseline: str | None = None
+    tokenizer: str | None = None  # text: bytes | chars
+    vocabulary: str | None = None  # chars: the characters, in id order
 
 
 class DataSource(Protocol):

@@ -1,7 +1,9 @@
-"""Host-side LM sources read from local files: binary token files and raw text bytes.
+"""Host-side LM sources read from local files: binary token files and text files.
 
-The file is memory-mapped. Its last ``heldout_frac`` (rounded down to whole tokens) is
-the held-out split and the rest the training split. A training batch is ``B`` windows of
+A token file (and a plain text file read as bytes) is memory-mapped; a text file read as
+characters, or a ``.gz`` file, is read whole and tokenized (models/data/tokenize.py). Its
+first ``floor((1 - heldout_frac) * n)`` tokens are the training split and the rest the
+held-out split (nanoGPT's rule: Tiny Shakespeare splits 1,003,854 / 111,540). A training batch is ``B`` windows of
 ``seq_len + 1`` consecutive tokens at uniform random starts inside the training split; the
 held-out set is the first ``eval_examples`` non-overlapping windows of the held-out split.
 """
@@ -15,6 +17,7 @@ import numpy as np
 
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
+from stepscale.models.data.tokenize import encode_file, unigram_entropy
 from stepscale.models.errors import ConfigError
 
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -24,9 +27,10 @@ _SCAN_CHUNK = 1 << 24
 
 
 class FileSource:
-    """Host-side LM source over a token file (``name="tokens"``) or text bytes (``"text"``).
+    """Host-side LM source over a token file (``name="tokens"``) or a text file (``"text"``,
+    ``"shakespeare_char"``: the shipped corpus, characters).
 
-    Vocabulary: 256 for text (bytes). For token files it is the largest token id + 1,
+    Vocabulary: 256 for text read as bytes, the file's own characters for ``chars``. For token files it is the largest token id + 1,
     found by one chunked scan of the file, except for uint16 files of more than 50M tokens
     where it is 65536 without a scan; uint32 files are always scanned. ``data.vocab_size``
     is not used (it parametrises the Markov source); set ``model.vocab_size`` to pad the
@@ -35,20 +39,34 @@ class FileSource:
 
     device_side = False
 
-    def __init__(self, cfg: DataConfig, *, text: bool = False) -> None:
-        self.path = cfg.path
+    def __init__(self, cfg: DataConfig, *, text: bool = False, path: str | None = None) -> None:
+        self.path = path or cfg.path
         self.seq_len = cfg.seq_len
         self._eval_examples = cfg.eval_examples
         self._eval: Batch | None = None
-        dtype = np.dtype(np.uint8 if text else _token_dtype(cfg.dtype))
-        self.tokens = _open(cfg.path, dtype)
+        vocabulary: str | None = None
+        self.tokenizer = cfg.tokenizer if text else None
+        if text and (cfg.tokenizer != "bytes" or self.path.endswith(".gz")):
+            encoded = encode_file(self.path, cfg.tokenizer)
+            self.tokens: np.ndarray = encoded.ids
+            vocab, vocabulary = encoded.vocab_size, encoded.vocabulary
+        else:
+            dtype = np.dtype(np.uint8 if text else _token_dtype(cfg.dtype))
+            self.tokens = _open(self.path, dtype)
+            vocab = 256 if text else _token_vocab(self.tokens)
         n = self.tokens.shape[0]
-        self.n_heldout = int(n * cfg.heldout_frac)
-        self.n_train = n - self.n_heldout
+        self.n_train = int(n * (1.0 - cfg.heldout_frac))
+        self.n_heldout = n - self.n_train
         self._check_splits(cfg)
-        vocab = 256 if text else _token_vocab(self.tokens)
         self.info = DataInfo(
-            kind="lm", vocab_size=vocab, seq_len=self.seq_len, tokens_per_example=self.seq_len
+            kind="lm",
+            vocab_size=vocab,
+            seq_len=self.seq_len,
+            tokens_per_example=self.seq_len,
+            baseline_loss=unigram_entropy(self.tokens[: self.n_train], vocab),
+            baseline="unigram entropy of the training split",
+            tokenizer=self.tokenizer,
+            vocabulary=vocabulary,
         )
 
     def _check_splits(self, cfg: DataConfig) -> None:

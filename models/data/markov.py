@@ -91,6 +91,8 @@ class MarkovSource:
             seq_len=self.seq_len,
             loss_floor=float(self.position_losses.mean()),
             tokens_per_example=self.seq_len,
+            baseline_loss=math.log(self.vocab),
+            baseline="log(vocabulary): the uniform prediction",
         )
 
     @cached_property

@@ -7,6 +7,8 @@ hopeless at temperature 1); y ~ Categorical(softmax(logits / temperature)).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +46,8 @@ class TeacherSource:
             input_dim=self.input_dim,
             n_classes=self.n_classes,
             loss_floor=self._loss_floor(np.random.default_rng([cfg.seed, 3])),
+            baseline_loss=math.log(self.n_classes),
+            baseline="log(number of classes): the uniform prediction",
         )
 
     def _loss_floor(self, rng: np.random.Generator) -> float:

@@ -19,7 +19,13 @@ from stepscale.models.config import ModelConfig
 from stepscale.models.data.base import DataInfo
 from stepscale.models.nets.gpt import GPT, gpt_flops_per_token, gpt_param_counts
 from stepscale.models.nets.mlp import MLP, mlp_param_count
-from stepscale.models.nets.nqm import NQM, nqm_curvature, nqm_noise_trace, nqm_true_noise_scale
+from stepscale.models.nets.nqm import (
+    NQM,
+    nqm_curvature,
+    nqm_initial_loss,
+    nqm_noise_trace,
+    nqm_true_noise_scale,
+)
 from stepscale.models.nets.presets import MODELS, PRESETS, ResolvedModel, resolve
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "count_params",
     "flops_per_example",
     "nqm_curvature",
+    "nqm_initial_loss",
     "nqm_noise_trace",
     "nqm_true_noise_scale",
     "resolve",

@@ -24,11 +24,16 @@ ROPE_BASE = 10_000.0
 
 
 class LayerNorm(nnx.Module):
-    """LayerNorm with float32 statistics; the output is cast to the compute dtype."""
+    """LayerNorm with float32 statistics; the output is cast to the compute dtype. Without
+    ``bias`` it has a scale only (nanoGPT's ``bias=False``)."""
 
-    def __init__(self, dim: int, param_dtype: jnp.dtype, dtype: jnp.dtype) -> None:
+    def __init__(
+        self, dim: int, param_dtype: jnp.dtype, dtype: jnp.dtype, bias: bool = True
+    ) -> None:
         self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
+        if bias:
+            self.bias = nnx.Param(jnp.zeros((dim,), param_dtype))
+        self.has_bias = bias
         self.dtype = dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -37,7 +42,9 @@ class LayerNorm(nnx.Module):
         mean = x.mean(-1, keepdims=True)
         var = jnp.square(x - mean).mean(-1, keepdims=True)
         y = (x - mean) * jax.lax.rsqrt(var + LN_EPS)
-        y = y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        y = y * self.scale[...].astype(jnp.float32)
+        if self.has_bias:
+            y = y + self.bias[...].astype(jnp.float32)
         return y.astype(self.dtype)
 
 
@@ -65,9 +72,11 @@ class CausalSelfAttention(nnx.Module):
         pdt = jnp.dtype(spec.param_dtype)
         residual_std = INIT_STD / math.sqrt(2 * spec.n_layers)
         self.qkv = nnx.Param(_normal(rngs, (d, 3, h, hd), INIT_STD, pdt))
-        self.qkv_bias = nnx.Param(jnp.zeros((3, h, hd), pdt))
         self.proj = nnx.Param(_normal(rngs, (h, hd, d), residual_std, pdt))
-        self.proj_bias = nnx.Param(jnp.zeros((d,), pdt))
+        self.has_bias = bool(spec.bias)
+        if self.has_bias:
+            self.qkv_bias = nnx.Param(jnp.zeros((3, h, hd), pdt))
+            self.proj_bias = nnx.Param(jnp.zeros((d,), pdt))
         self.rotary = spec.pos_emb == "rotary"
         self.dtype = jnp.dtype(spec.dtype)
 
@@ -75,7 +84,8 @@ class CausalSelfAttention(nnx.Module):
         """x [B, T, d] in the compute dtype -> [B, T, d]."""
         dt = self.dtype
         qkv = jnp.einsum("btd,dkhe->btkhe", x, self.qkv[...].astype(dt))
-        qkv = qkv + self.qkv_bias[...].astype(dt)
+        if self.has_bias:
+            qkv = qkv + self.qkv_bias[...].astype(dt)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         length, head_dim = x.shape[1], q.shape[-1]
         if self.rotary:
@@ -88,7 +98,7 @@ class CausalSelfAttention(nnx.Module):
         weights = jax.nn.softmax(scores, axis=-1).astype(dt)
         out = jnp.einsum("bhqk,bkhe->bqhe", weights, v)
         out = jnp.einsum("bqhe,hed->bqd", out, self.proj[...].astype(dt))
-        return out + self.proj_bias[...].astype(dt)
+        return out + self.proj_bias[...].astype(dt) if self.has_bias else out
 
 
 class FeedForward(nnx.Module):
@@ -99,17 +109,21 @@ class FeedForward(nnx.Module):
         pdt = jnp.dtype(spec.param_dtype)
         residual_std = INIT_STD / math.sqrt(2 * spec.n_layers)
         self.fc = nnx.Param(_normal(rngs, (d, f), INIT_STD, pdt))
-        self.fc_bias = nnx.Param(jnp.zeros((f,), pdt))
         self.out = nnx.Param(_normal(rngs, (f, d), residual_std, pdt))
-        self.out_bias = nnx.Param(jnp.zeros((d,), pdt))
+        self.has_bias = bool(spec.bias)
+        if self.has_bias:
+            self.fc_bias = nnx.Param(jnp.zeros((f,), pdt))
+            self.out_bias = nnx.Param(jnp.zeros((d,), pdt))
         self.dtype = jnp.dtype(spec.dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         """x [B, T, d] -> [B, T, d]."""
         dt = self.dtype
-        hidden = x @ self.fc[...].astype(dt) + self.fc_bias[...].astype(dt)
-        hidden = jax.nn.gelu(hidden)
-        return hidden @ self.out[...].astype(dt) + self.out_bias[...].astype(dt)
+        hidden = x @ self.fc[...].astype(dt)
+        if self.has_bias:
+            hidden = hidden + self.fc_bias[...].astype(dt)
+        out = jax.nn.gelu(hidden) @ self.out[...].astype(dt)
+        return out + self.out_bias[...].astype(dt) if self.has_bias else out
 
 
 class Block(nnx.Module):
@@ -117,9 +131,10 @@ class Block(nnx.Module):
 
     def __init__(self, spec: ResolvedModel, rngs: nnx.Rngs) -> None:
         pdt, dt = jnp.dtype(spec.param_dtype), jnp.dtype(spec.dtype)
-        self.ln_attn = LayerNorm(spec.d_model, pdt, dt)
+        bias = bool(spec.bias)
+        self.ln_attn = LayerNorm(spec.d_model, pdt, dt, bias)
         self.attn = CausalSelfAttention(spec, rngs)
-        self.ln_mlp = LayerNorm(spec.d_model, pdt, dt)
+        self.ln_mlp = LayerNorm(spec.d_model, pdt, dt, bias)
         self.mlp = FeedForward(spec, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -138,7 +153,7 @@ class GPT(nnx.Module):
         if spec.pos_emb == "learned":
             self.wpe = nnx.Param(_normal(rngs, (spec.max_seq_len, d), INIT_STD, pdt))
         self.blocks = nnx.List([Block(spec, rngs) for _ in range(spec.n_layers)])
-        self.ln_f = LayerNorm(d, pdt, dt)
+        self.ln_f = LayerNorm(d, pdt, dt, bool(spec.bias))
         if not spec.tie_embeddings:
             self.head = nnx.Param(_normal(rngs, (d, spec.vocab_size), INIT_STD, pdt))
         self.learned_positions = spec.pos_emb == "learned"
@@ -194,14 +209,15 @@ def gpt_param_counts(spec: ResolvedModel) -> dict[str, int]:
     """Parameter counts by group: ``embedding`` (token table), ``position`` (learned table),
     ``blocks`` (all transformer blocks), ``final_norm`` and ``head`` (untied LM head)."""
     d, f, v = spec.d_model, spec.mlp_hidden, spec.vocab_size
-    attention = 3 * d * d + 3 * d + d * d + d
-    feed_forward = d * f + f + f * d + d
-    norms = 2 * 2 * d
+    b = 1 if spec.bias is not False else 0  # biases of the linear layers and norms
+    attention = 3 * d * d + b * 3 * d + d * d + b * d
+    feed_forward = d * f + b * f + f * d + b * d
+    norms = 2 * (1 + b) * d
     return {
         "embedding": v * d,
         "position": spec.max_seq_len * d if spec.pos_emb == "learned" else 0,
         "blocks": spec.n_layers * (attention + feed_forward + norms),
-        "final_norm": 2 * d,
+        "final_norm": (1 + b) * d,
         "head": 0 if spec.tie_embeddings else d * v,
     }
 

@@ -27,6 +27,7 @@ class NQMShape(Protocol):
     dim: int
     curvature_power: float
     noise_scale: float
+    init_scale: float
 
 
 class NQM(nnx.Module):
@@ -66,6 +67,11 @@ class NQM(nnx.Module):
 def nqm_curvature(cfg: NQMShape) -> np.ndarray:
     """h_i = i^(−curvature_power) for i = 1..dim, float64."""
     return np.arange(1, cfg.dim + 1, dtype=np.float64) ** (-float(cfg.curvature_power))
+
+
+def nqm_initial_loss(cfg: NQMShape) -> float:
+    """The expected loss at the starting point θ_i = init_scale: ½ Σ h_i · init_scale²."""
+    return float(0.5 * nqm_curvature(cfg).sum() * float(cfg.init_scale) ** 2)
 
 
 def nqm_noise_trace(cfg: NQMShape) -> float:

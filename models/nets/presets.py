@@ -69,6 +69,7 @@ class ResolvedModel:
     max_seq_len: int | None = None
     pos_emb: str | None = None
     tie_embeddings: bool | None = None
+    bias: bool | None = None
     # mlp
     input_dim: int | None = None
     hidden: int | None = None
@@ -178,6 +179,7 @@ def _resolve_gpt(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> Re
         max_seq_len=max_seq,
         pos_emb=cfg.pos_emb,
         tie_embeddings=cfg.tie_embeddings,
+        bias=bool(cfg.bias),
     )
 
 
