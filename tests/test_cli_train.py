@@ -36,6 +36,7 @@ PASSWORD = "S3cr3tPW"
 PG_URL = f"storage.url=postgresql://user:{PASSWORD}@127.0.0.1:1/db"
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_train_prints_status_and_resumes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -176,6 +177,7 @@ def test_malformed_token_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 2 and "data.path" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_tokens_file_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tokens = tmp_path / "tokens.bin"
     np.random.default_rng(0).integers(0, 50, size=40_000, dtype=np.uint16).tofile(tokens)

@@ -81,6 +81,7 @@ def test_chars_reads_a_users_file_like_the_shipped_one(tmp_path: Path) -> None:
         assert "".join(vocab[row]) in text[:n_train]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_sweep_train_on_a_text_file_with_chars_records_the_vocabulary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

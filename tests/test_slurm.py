@@ -213,7 +213,7 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
 
 
 def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path, compile_cache):
-    args = ["run", "conf=smoke", "parallelism=1", "seed=3"]
+    args = ["run", "conf=smoke", "scientific.batch_size.values=[8]", "parallelism=1", "seed=3"]
     local = sweep([*args, f"run_dir={tmp_path / 'local'}"], cache=compile_cache)
     assert local.returncode == 0, local.stderr
     on_slurm = sweep([*args, *SLURM, f"run_dir={tmp_path / 'slurm'}"], cache=compile_cache)
@@ -226,7 +226,7 @@ def test_slurm_study_gives_the_same_trials_as_local(slurm: Path, tmp_path: Path,
         }
 
     assert table(tmp_path / "slurm") == table(tmp_path / "local")
-    assert_exact_budget(tmp_path / "slurm", "smoke", per_point=3, points=2)
+    assert_exact_budget(tmp_path / "slurm", "smoke", per_point=3, points=1)
     for records in trials_of(tmp_path / "slurm").values():
         for rec in records:
             assert rec["job_id"].isdigit()  # a SLURM job id, not a local pid
@@ -342,9 +342,9 @@ def test_scancel_is_a_failure_and_is_retried(
     slurm: Path, tmp_path: Path, compile_cache, retries: int
 ):
     run_dir = tmp_path / "run"
-    proc = _popen(
-        ["run", *LONG, *SLURM, f"retries={retries}", f"run_dir={run_dir}"], compile_cache, tmp_path
-    )
+    # Cancelled at once (step 300): a shorter horizon than LONG's is enough for the retry.
+    args = ["run", *LONG, "budget.max_steps=1500", *SLURM, f"retries={retries}"]
+    proc = _popen([*args, f"run_dir={run_dir}"], compile_cache, tmp_path)
     try:
         _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 120, "training to start")
         first = _job_id(run_dir)
@@ -376,10 +376,11 @@ def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache
     # Submitted from a directory holding its own models/, analysis/ and sweeps/ packages.
     user = shadowing_packages(tmp_path / "user")
     out = sweep(
-        ["run", "conf=smoke", *SLURM, f"run_dir={run_dir}", "--detach"],
+        ["run", "conf=smoke", "scientific.batch_size.values=[8]", *SLURM, f"run_dir={run_dir}",
+         "--detach"],
         cwd=user,
         cache=compile_cache,
-    )
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 60  # returns at once, does not wait for the study
     job = read_json(run_dir / "orchestrator" / "job.json")
@@ -392,7 +393,7 @@ def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache
         return json.loads(status.stdout)["finished"]
 
     _wait(finished, 240, "the detached study to finish", every=2)
-    assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
+    assert_exact_budget(run_dir, "smoke", per_point=3, points=1)
     _wait_for_sacct(job["job_id"], "COMPLETED")
     text = sweep(["status", str(run_dir)])
     assert "finished" in text.stdout and f"detached job {job['job_id']}" in text.stdout

@@ -388,6 +388,7 @@ def test_unwritable_run_dir_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "run_dir" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_changed_study_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "c"
     code, _, err = _run_inline(

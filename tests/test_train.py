@@ -23,6 +23,7 @@ def _final_arrays(run_dir: Path) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_metrics_files_follow_the_contract(tmp_path: Path) -> None:
     status = train(tiny_gpt(), JsonlReporter(tmp_path), run_dir=tmp_path)
     records = read_jsonl(tmp_path / "metrics.jsonl")
@@ -60,6 +61,7 @@ def test_same_seed_gives_identical_metrics(tmp_path: Path) -> None:
     assert ra != rc
 
 
+@pytest.mark.slow  # over 10 s on 2 cores
 def test_resume_is_bit_identical(tmp_path: Path) -> None:
     cfg = tiny_gpt(train__max_steps=32, train__checkpoint_every=8, train__ema_decay=0.9)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
