@@ -59,6 +59,21 @@ def parse_record(line: str, lineno: int) -> dict[str, Any]:
     return record
 
 
+def read_appended(path: Path, inode: int | None, offset: int) -> tuple[bytes, int, bool] | None:
+    """What was appended to a followed file since ``offset`` (of the file ``inode``):
+    ``(data, inode, restarted)``. A file replaced or cut short (a program that resumes and
+    rewrites it) is read from its start, with ``restarted`` true. None while it does not
+    exist."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    restarted = st.st_ino != inode or st.st_size < offset
+    with open(path, "rb") as f:
+        f.seek(0 if restarted else offset)
+        return f.read(), st.st_ino, restarted
+
+
 class MetricsTail:
     """Follows a growing metrics.jsonl: each call of `read_new` returns the complete lines
     added since the last call. A file replaced or cut short (a trainer that resumes and
@@ -73,15 +88,12 @@ class MetricsTail:
 
     def read_new(self) -> list[dict[str, Any]]:
         """Records of the lines completed since the last call (`MalformedRecord` on a bad one)."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+        got = read_appended(self.path, self.inode, self.offset)
+        if got is None:
             return []
-        if st.st_ino != self.inode or st.st_size < self.offset:
-            self.inode, self.offset, self.lineno, self.partial = st.st_ino, 0, 0, b""
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
+        data, self.inode, restarted = got
+        if restarted:
+            self.offset, self.lineno, self.partial = 0, 0, b""
         self.offset += len(data)
         *lines, self.partial = (self.partial + data).split(b"\n")
         records = []

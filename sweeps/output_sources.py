@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from stepscale.sweeps.line_formats import MetricsSpec, RecordStream
-from stepscale.sweeps.metrics_file import MetricsTail
+from stepscale.sweeps.metrics_file import MetricsTail, read_appended
 
 CHUNK = 65536
 
@@ -110,18 +110,15 @@ class FileSource:
 
     def read_new(self) -> list[dict[str, Any]]:
         """Records of the lines completed since the last call."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+        got = read_appended(self.path, self.inode, self.offset)
+        if got is None:
             return []
-        if st.st_ino != self.inode or st.st_size < self.offset:
-            self.inode, self.offset = st.st_ino, 0
+        data, self.inode, restarted = got
+        if restarted:
+            self.offset = 0
             counted = self.stream.records
             self.stream = RecordStream(self.spec)  # a new file: a new header, no step yet
             self.stream.records = counted
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read()
         data, _ = _split_utf8(data)
         self.offset += len(data)
         return self.stream.feed(data.decode("utf-8", errors="replace"))
