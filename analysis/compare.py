@@ -4,7 +4,7 @@ S(B) (steps to each study's target vs batch size) and η*(B) (optimal LR vs batc
 every study are overlaid, each series labelled by study name (and group when a study has
 several); a table gives each study's answer (analysis.headline). Fits that are not
 determined are labelled so and drawn without a line. Every study needs a batch-size axis
-and all must count batch sizes in the same unit (else :class:`CompareInputError`, exit 2,
+and all must count batch sizes in the same unit (else `UsageError`, exit 2,
 nothing written). Written into ``DIR``: index.html, report.md, comparison.json and
 figures/{steps_vs_batch,lr_vs_batch}.{png,svg}; the same run dirs give the same bytes.
 The first study is tested against each other one at every batch size where both ran
@@ -36,9 +36,9 @@ from stepscale.analysis.headline import (
 )
 from stepscale.analysis.load import load
 from stepscale.analysis.study import StudyAnalysis
+from stepscale.errors import UsageError
 
 __all__ = [
-    "CompareInputError",
     "ComparedSeries",
     "Comparison",
     "comparison",
@@ -46,10 +46,6 @@ __all__ = [
     "draw_steps",
     "write_comparison",
 ]
-
-
-class CompareInputError(ValueError):
-    """Run dirs that cannot be compared (no batch axis, different batch units, too few)."""
 
 
 @dataclass(frozen=True)
@@ -133,17 +129,17 @@ def comparison(
 ) -> Comparison:
     """The comparison record of ``(label, analysis)`` pairs (pure; see the module docstring)."""
     if len(studies) < 2:
-        raise CompareInputError("a comparison needs at least two run dirs")
+        raise UsageError("a comparison needs at least two run dirs")
     for label, a in studies:
         if a.axes.batch is None:
-            raise CompareInputError(
+            raise UsageError(
                 f"{label} has no batch-size axis (a scientific parameter with path "
                 "data.global_batch, or quantity: batch_size): S(B) and η*(B) cannot be "
                 "overlaid; compare batch-size studies only"
             )
     units = {a.batch_unit for _, a in studies}
     if len(units) > 1:
-        raise CompareInputError(
+        raise UsageError(
             "the studies count batch sizes in different units ("
             + ", ".join(f"{label}: {a.batch_unit}" for label, a in studies)
             + "): their S(B) cannot share an axis"
@@ -283,7 +279,7 @@ def write_comparison(
     targets: Sequence[float] = (),
 ) -> dict[str, Any]:
     """Compare the studies of ``run_dirs`` into ``out`` (see the module docstring); returns
-    {report_dir, files, studies}. Raises :class:`CompareInputError` or
+    {report_dir, files, studies}. Raises `UsageError` or
     :class:`analysis.load.RunDirError` for bad input, before anything is written."""
     from stepscale.analysis.figures import style
     from stepscale.analysis.report.blocks import fig, heading, para, table, to_html, to_markdown
@@ -293,7 +289,7 @@ def write_comparison(
     dirs = [Path(d) for d in run_dirs]
     outdir = Path(out)
     if outdir.exists() and not outdir.is_dir():
-        raise CompareInputError(f"--out {outdir} exists and is not a directory")
+        raise UsageError(f"--out {outdir} exists and is not a directory")
     datasets = [load(d) for d in dirs]
     analyses = [analyze(ds, targets) for ds in datasets]
     labels = _labels(dirs, [a.study or d.name for a, d in zip(analyses, dirs, strict=True)])

@@ -142,7 +142,9 @@ def _axes(study: Mapping[str, Any], space: Mapping[str, Any]) -> dict[str, tuple
     for p in space.get("parameters", []) or []:
         if isinstance(p, Mapping) and "name" in p:
             out[str(p["name"])] = (str(p.get("role", "")), str(p.get("path", "")))
-    for d in space.get("derived", []) or []:  # values computed from the others (sweeps.derived)
+    for d in (
+        space.get("derived", []) or []
+    ):  # values computed from the others (sweeps.study.derived)
         if isinstance(d, Mapping) and "name" in d:
             out[str(d["name"])] = ("derived", str(d.get("path", "")))
     for role in ("nuisance", "fixed", "scientific"):

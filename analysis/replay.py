@@ -46,6 +46,7 @@ from stepscale.analysis.dataset import (
 from stepscale.analysis.fits.arrays import batch_json, jsonable
 from stepscale.analysis.fits.design import initial_batches, next_batch
 from stepscale.analysis.fits.steps import fit_steps
+from stepscale.errors import UsageError
 
 __all__ = [
     "DEFAULT_DRAWS",
@@ -61,8 +62,9 @@ SCHEMA = "stepscale.replay/v1"
 DEFAULT_DRAWS = 200
 
 
-class ReplayError(ValueError):
-    """A study or protocol that cannot be replayed (the CLI exits 2 with the message)."""
+class ReplayError(UsageError, ValueError):
+    """A study or protocol that cannot be replayed (bad input: `sweep replay` exits 2 with the
+    message)."""
 
 
 # ----------------------------------------------------------------------- protocols

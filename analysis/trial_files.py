@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stepscale import files, rundir
+from stepscale.errors import UsageError
 
 if TYPE_CHECKING:
     pass
@@ -27,8 +28,9 @@ if TYPE_CHECKING:
 _PARALLEL_MIN_TRIALS = 200
 
 
-class RunDirError(ValueError):
-    """A run directory that is missing, holds no trials, or has an unreadable file."""
+class RunDirError(UsageError, ValueError):
+    """A run directory that is missing, holds no trials, or has an unreadable file (bad
+    input: a command exits 2 with the message)."""
 
 
 def read_json(path: Path, *, required: bool = False) -> Any:

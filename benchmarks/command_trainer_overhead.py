@@ -33,7 +33,7 @@ interpreter's start before the first line and its exit after the last report).
 
 The acceptance figure, ``overhead_above_startup_s``, is the median (told - asked) minus the
 median wall time of a run by hand (goal: at most 1.5 s). For reference it also times a bare
-``python -c pass``, ``import submitit`` and ``import stepscale.sweeps.job`` (what a trial's
+``python -c pass``, ``import submitit`` and ``import stepscale.sweeps.job.trial_job`` (what a trial's
 job process imports before it can start the program). Ends with one JSON line.
 
     python benchmarks/command_trainer_overhead.py [--points 6] [--trials-per-point 2]
@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepscale.sweeps.schema import LauncherConfig
+from stepscale.sweeps.study.schema import LauncherConfig
 
 STEPS = 20
 REPORT_EVERY = 5
@@ -156,7 +156,7 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 def printed_records(text: str) -> list[dict[str, Any]]:
     """The records of the printing trainer's output, read as a trial's job reads them."""
-    from stepscale.sweeps.line_formats import parse_text, read_metrics
+    from stepscale.sweeps.trainers.line_formats import parse_text, read_metrics
 
     spec = read_metrics({"source": "stdout", "format": "regex", "pattern": PATTERN})
     return parse_text(spec, text)[0]
@@ -258,7 +258,7 @@ def measure(path: str, args: argparse.Namespace) -> dict[str, Any]:
         ref_cmds = {
             "python": [sys.executable, "-c", "pass"],
             "submitit": [sys.executable, "-c", "import submitit"],
-            "job": [sys.executable, "-c", "import stepscale.sweeps.job"],
+            "job": [sys.executable, "-c", "import stepscale.sweeps.job.trial_job"],
         }
 
         def hand_and_refs(runs: int, ref_runs: int) -> list[dict[str, float]]:
@@ -355,7 +355,7 @@ def realistic_log(n_lines: int) -> dict[str, str]:
 
 def parse_speed(n_lines: int) -> dict[str, dict[str, float]]:
     """Lines per second each registered format reads (in-process, best of 3)."""
-    from stepscale.sweeps.line_formats import RecordStream, read_metrics
+    from stepscale.sweeps.trainers.line_formats import RecordStream, read_metrics
 
     pattern = r"step (?P<step>\d+): train loss (?P<loss>\S+), val loss (?P<val_loss>\S+)"
     out = {}

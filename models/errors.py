@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from stepscale.errors import UsageError
 
-class ConfigError(ValueError):
+
+class ConfigError(UsageError, ValueError):
     """A configuration value (or a file it names) is unusable.
 
     `field` is the dotted config key at fault (e.g. ``data.global_batch``); the message
-    says what is wrong and which values are allowed. CLIs turn it into exit code 2.
+    says what is wrong and which values are allowed. A kind of `stepscale.errors.UsageError`:
+    the `sweep` command exits 2 with the message.
     """
 
     def __init__(self, field: str, message: str) -> None:

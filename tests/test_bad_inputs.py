@@ -2,7 +2,7 @@
 with a one-paragraph message, no traceback, nothing on stdout and nothing written — neither
 in the working directory (where `runs/` would go) nor among the input files.
 
-The commands run in this process (`stepscale.sweeps.cli.main`); only the report that
+The commands run in this process (`stepscale.cli.main.main`); only the report that
 cannot be written runs as its own process, under a file-size limit.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from run_dirs import Spec
 from run_dirs import make_run_dir as synthetic_run_dir
 
-from stepscale.sweeps.cli import main
+from stepscale.cli.main import main
 
 PASSWORD = "S3cr3tPW"
 PG_URL = f"postgresql://user:{PASSWORD}@127.0.0.1:1/db"
@@ -615,9 +615,9 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _exported_space() -> str:
     """`sweep export conf=smoke` (the stepscale format), as `sweep import` reads it."""
-    from stepscale.sweeps.compose import prepare_study
     from stepscale.sweeps.formats import export_space
-    from stepscale.sweeps.space_doc import space_document
+    from stepscale.sweeps.study.compose import prepare_study
+    from stepscale.sweeps.study.space_doc import space_document
 
     _, cfg, _ = prepare_study(["conf=smoke"], None)
     return export_space(space_document(cfg), "stepscale")[0]
@@ -626,10 +626,10 @@ def _exported_space() -> str:
 def _study_files(run_dir: Path, overrides: list[str]) -> None:
     """The files `sweep run` writes first in a run dir (config.yaml, space.json,
     study.json: the study's identity), without running a trial."""
-    from stepscale.sweeps.compose import prepare_study
-    from stepscale.sweeps.space import build_space
-    from stepscale.sweeps.study_files import make_run_dir, write_study_files
-    from stepscale.sweeps.trainers import study_trainer
+    from stepscale.sweeps.study.compose import prepare_study
+    from stepscale.sweeps.study.files import make_run_dir, write_study_files
+    from stepscale.sweeps.study.space import build_space
+    from stepscale.sweeps.trainers.spec import study_trainer
 
     raw, cfg, _ = prepare_study(overrides, None)
     space = build_space(cfg, study_trainer(cfg, None)[1])
@@ -699,7 +699,7 @@ def test_a_report_that_cannot_be_written_leaves_nothing_partial(
     child = (
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-        "from stepscale.sweeps.cli import main\n"
+        "from stepscale.cli.main import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     res = subprocess.run(

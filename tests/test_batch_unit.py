@@ -7,7 +7,6 @@ the report names it. A noisy quadratic model counts examples, a GPT sequences.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,11 @@ from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import figures, load
 from stepscale.analysis.analyze import analyze
-from stepscale.analysis.fit_cli import add_fit_commands, run_fit
-from stepscale.analysis.report_cli import add_report_command, run_report
-from stepscale.sweeps.cli import main
-from stepscale.sweeps.compose import prepare_study
-from stepscale.sweeps.space_doc import space_document
+from stepscale.cli.fit import run_fit
+from stepscale.cli.main import build_parser, main
+from stepscale.cli.report import run_report
+from stepscale.sweeps.study.compose import prepare_study
+from stepscale.sweeps.study.space_doc import space_document
 
 # Records of the figures whose axes or legends show batch sizes, B_crit or examples.
 BATCH_FIGURES = (
@@ -44,8 +43,7 @@ SMALL: dict[str, Any] = {
 
 
 def report(run: Path) -> Path:
-    p = argparse.ArgumentParser(prog="sweep")
-    add_report_command(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     run_report(p.parse_args(["report", str(run)]))
     return run / "report"
 
@@ -193,8 +191,7 @@ def test_fit_steps_batch_unit_option(tmp_path: Path) -> None:
     table = tmp_path / "t.csv"
     rows = [(b, 500 * (1 + 128 / b)) for b in (16, 32, 64, 128, 256, 512)]
     table.write_text("batch,steps\n" + "".join(f"{b},{s}\n" for b, s in rows))
-    p = argparse.ArgumentParser(prog="sweep")
-    add_fit_commands(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     argv = ["fit", "steps", "--csv", str(table), "--batch-col", "batch", "--steps-col", "steps"]
     assert run_fit(p.parse_args(argv))["batch_unit"] == "examples"  # the neutral default
     out = run_fit(p.parse_args([*argv, "--batch-unit", "tokens", "--n-boot", "10"]))

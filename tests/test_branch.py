@@ -16,9 +16,9 @@ from stepscale.analysis import load
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.branching import critical_batch, keeps_up, loss_at, progress_ratio
 from stepscale.analysis.report.course import branch_section
+from stepscale.cli.main import main
 from stepscale.models.config import ModelConfig
 from stepscale.models.nets.nqm import nqm_b_noise, nqm_true_noise_scale
-from stepscale.sweeps.cli import main
 
 
 def test_the_matching_rule_on_a_constructed_case() -> None:

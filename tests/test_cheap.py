@@ -19,10 +19,10 @@ from stepscale.analysis.fits.design import initial_batches, next_batch
 from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import load
 from stepscale.analysis.replay import ReplayError, parse_protocol, replay
-from stepscale.sweeps.cli import main
-from stepscale.sweeps.schema import NuisanceParam, ScientificParam, StudyConfig
-from stepscale.sweeps.space import Point, build_space
-from stepscale.sweeps.transfer import TransferRun, bisection_order
+from stepscale.cli.main import main
+from stepscale.sweeps.run.transfer import TransferRun, bisection_order
+from stepscale.sweeps.study.schema import NuisanceParam, ScientificParam, StudyConfig
+from stepscale.sweeps.study.space import Point, build_space
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = [4, 8, 16, 32, 64, 128, 256]
@@ -270,7 +270,7 @@ def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Pa
     run = tmp_path / "fast"
     axis = "scientific.batch_size.adaptive"
     cmd = [
-        sys.executable, "-m", "stepscale.sweeps.cli", "run", "conf=smoke",
+        sys.executable, "-m", "stepscale.cli.main", "run", "conf=smoke",
         "scientific.batch_size.values=[]", f"{axis}.low=4", f"{axis}.high=32",
         f"{axis}.max_points=4", "budget.trials_per_point=1", "budget.max_steps=20",
         "sampler.transfer=true", "objective.stop_at_target=true", "pruner.name=deadline",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from helpers import TEST_COMPILE_CACHE, read_jsonl, shadowing_packages, without_wall
 
-from stepscale.sweeps.cli import main
+from stepscale.cli.main import main
 
 FAST = [
     "conf=train_smoke",

@@ -21,7 +21,7 @@ from stepscale.reporters import JsonlReporter
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = {"sweeps": "stepscale.sweeps", "models": "stepscale.models"}
-FOLDERS |= {"analysis": "stepscale.analysis", "stepscale": "stepscale"}
+FOLDERS |= {"analysis": "stepscale.analysis", "stepscale": "stepscale", "cli": "stepscale.cli"}
 
 
 def _module_name(path: Path) -> str:
@@ -70,37 +70,99 @@ def test_the_import_graph_sees_the_codebase() -> None:
     assert "stepscale.analysis.load" in GRAPH["stepscale.analysis.report.write"]
 
 
+def _imports_of(package: str, *targets: str) -> list[tuple[str, str]]:
+    """(importer, imported) pairs of modules in ``package`` importing any of ``targets``."""
+    return [
+        (m, i)
+        for m, deps in GRAPH.items()
+        if _within(m, package)
+        for i in deps
+        if any(_within(i, t) for t in targets)
+    ]
+
+
 def test_models_imports_neither_sweeps_nor_analysis() -> None:
+    assert not _imports_of("stepscale.models", "stepscale.sweeps", "stepscale.analysis")
+    assert not _imports_of("stepscale.models", "stepscale.cli")
+
+
+def test_analysis_imports_neither_models_nor_the_orchestrator() -> None:
+    assert not _imports_of("stepscale.analysis", "stepscale.models")
+    assert not _imports_of("stepscale.analysis", "stepscale.sweeps", "stepscale.cli")
+
+
+def test_the_command_floor_is_above_everything() -> None:
+    # `stepscale.cli` may import the orchestrator and the analysis; nothing imports it.
+    for package in ("stepscale.sweeps", "stepscale.models", "stepscale.analysis"):
+        assert not _imports_of(package, "stepscale.cli"), package
+    assert not [
+        (m, i)
+        for m, i in _imports_of("stepscale", "stepscale.cli")
+        if not _within(m, "stepscale.cli")
+    ]
+
+
+def test_sweeps_uses_only_the_pure_fits_of_the_analysis() -> None:
+    # The scheduler's adaptive batch sizes and transfer between points fit S(B) and predict
+    # the LR with the analysis' own rules (numpy/scipy, no xarray): only `analysis.fits`,
+    # and only from the wings that decide what a study runs (study/, run/).
+    found = _imports_of("stepscale.sweeps", "stepscale.analysis")
+    assert found  # the rule is about real imports: adaptive and transfer use the fits
+    assert all(_within(i, "stepscale.analysis.fits") for _, i in found), found
+    wings = {m.split(".")[2] for m, _ in found}
+    assert wings <= {"study", "run"}, found
+
+
+# Each wing of `stepscale.sweeps` may import the wings listed here (and itself), never one
+# above it: what a trainer is, below what a study is, below what runs in a trial's job,
+# below the launchers, below the scheduler (docs/architecture.md).
+WINGS = {
+    "trainers": set(),
+    "study": {"trainers"},
+    "formats": {"study", "trainers"},
+    "job": {"study", "trainers"},
+    "launch": {"job", "study", "trainers"},
+    "run": {"launch", "job", "study", "trainers"},
+}
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["stepscale", "sweeps"] else None
+
+
+def test_every_module_of_sweeps_lives_in_a_wing() -> None:
+    flat = [
+        m
+        for m in GRAPH
+        if _within(m, "stepscale.sweeps") and m.count(".") == 2 and m.split(".")[2] not in WINGS
+    ]
+    assert flat == ["stepscale.sweeps.moved"]  # the old paths' loader (sweeps.moved)
+    assert {_wing(m) for m in GRAPH if _wing(m)} == set(WINGS)
+
+
+def test_no_wing_of_sweeps_imports_one_above_it() -> None:
     bad = [
         (m, i)
         for m, deps in GRAPH.items()
-        if _within(m, "stepscale.models")
+        if (w := _wing(m)) is not None
         for i in deps
-        if _within(i, "stepscale.sweeps") or _within(i, "stepscale.analysis")
+        if (v := _wing(i)) is not None and v != w and v not in WINGS[w]
     ]
     assert not bad
-
-
-def test_analysis_never_imports_models() -> None:
-    bad = [
-        (m, i)
-        for m, deps in GRAPH.items()
-        if _within(m, "stepscale.analysis")
-        for i in deps
-        if _within(i, "stepscale.models")
-    ]
-    assert not bad
+    # and the rule sees real arrows: the scheduler launches, launchers submit jobs
+    assert "stepscale.sweeps.launch.launchers" in GRAPH["stepscale.sweeps.run.scheduler"]
 
 
 def test_sweeps_reaches_models_only_through_one_door() -> None:
     # The orchestrator works with any trainer; the built-in one is reached through
-    # stepscale.sweeps.builtin alone.
+    # stepscale.sweeps.trainers.builtin alone.
     importers = sorted(
         m
         for m, deps in GRAPH.items()
         if _within(m, "stepscale.sweeps") and any(_within(i, "stepscale.models") for i in deps)
     )
-    assert importers == ["stepscale.sweeps.builtin"]
+    assert importers == ["stepscale.sweeps.trainers.builtin"]
 
 
 SHARED = (
@@ -200,12 +262,13 @@ def test_installed_names_live_under_stepscale_only(tmp_path: Path) -> None:
 
 
 def test_a_trial_job_imports_neither_hydra_nor_the_analysis() -> None:
-    assert _loaded_by("stepscale.sweeps.job", {"hydra", "matplotlib", "xarray"}) == "[]"
+    modules = "stepscale.sweeps.job.trial_job, stepscale.sweeps.job.worker_main"
+    assert _loaded_by(modules, {"hydra", "matplotlib", "xarray"}) == "[]"
 
 
 def test_a_command_trainers_job_never_loads_jax() -> None:
     # (the built-in trainer's config dataclasses load with the study schema; nothing else)
-    modules = "stepscale.sweeps.job, stepscale.sweeps.command_job"
+    modules = "stepscale.sweeps.job.trial_job, stepscale.sweeps.job.command"
     assert _loaded_by(modules, {"jax", "flax", "optax"}, prefix="stepscale.models.t") == "[]"
 
 

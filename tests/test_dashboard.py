@@ -98,7 +98,7 @@ def test_optuna_dashboard_shows_reached_false_on_a_censored_trial(tmp_path: Path
 
 
 def test_outcome_attributes_say_what_each_told_value_is() -> None:
-    from stepscale.sweeps.objective import outcome_attrs
+    from stepscale.sweeps.study.objective import outcome_attrs
 
     reached = {"steps_to_target": 40, "horizon_steps": 100, "target_loss": 1.0}
     assert outcome_attrs("steps_to_target", "complete", reached) == {

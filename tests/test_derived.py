@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from helpers import TEST_COMPILE_CACHE, optuna_trials
 
-from stepscale.sweeps.cli import main
-from stepscale.sweeps.compose import prepare_study
-from stepscale.sweeps.expr import ExprError, evaluate, names, parse
+from stepscale.cli.main import main
 from stepscale.sweeps.formats import FORMATS
-from stepscale.sweeps.study_files import fingerprint
+from stepscale.sweeps.study.compose import prepare_study
+from stepscale.sweeps.study.expr import ExprError, evaluate, names, parse
+from stepscale.sweeps.study.files import fingerprint
 
 BETA2 = ["conf=beta2_halflife", f"train.compile_cache_dir={TEST_COMPILE_CACHE}"]
 

@@ -28,7 +28,7 @@ from helpers import (
 )
 
 from stepscale import rundir
-from stepscale.sweeps.journal import open_journal
+from stepscale.sweeps.study.journal import open_journal
 
 # A trainer that counts its steps in a checkpoint file, reports a loss that falls with the
 # learning rate, sleeps ``sleep_s`` a step (time to be killed), and crashes once at step
@@ -230,7 +230,7 @@ def test_an_orchestrator_kill_and_a_torn_journal_cost_no_retry_and_no_trial(
             assert steps == list(range(11)), folded  # resumed from checkpoints, nothing twice
 
 
-# A kill at each point of an ask (sweeps/killpoints.py): the trial exists in Optuna, with
+# A kill at each point of an ask (sweeps/run/killpoints.py): the trial exists in Optuna, with
 # none, some or all of its parameters, and no folder. Each run below is killed at the next
 # ask's point; the next run completes the cut-short trial and runs it, and asks the next.
 KILL_POINTS = ["ask:created", "ask:param", "ask:asked"]
@@ -279,7 +279,7 @@ def test_a_journal_lock_held_by_a_killed_process_is_taken_at_once(tmp_path: Path
     holder = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys, time\n"
-            "from stepscale.sweeps.journal import JournalProcessLock\n"
+            "from stepscale.sweeps.study.journal import JournalProcessLock\n"
             f"JournalProcessLock({str(journal)!r}).acquire()\n"
             "print('held', flush=True)\n"
             "time.sleep(600)\n"
@@ -305,7 +305,7 @@ def test_a_journal_lock_held_by_a_killed_process_is_taken_at_once(tmp_path: Path
     proc = subprocess.run(
         [sys.executable, "-c", (
             "import time, optuna\n"
-            "from stepscale.sweeps.journal import open_journal\n"
+            "from stepscale.sweeps.study.journal import open_journal\n"
             "t0 = time.monotonic()\n"
             f"study = optuna.load_study(study_name='s', storage=open_journal(__import__('pathlib').Path({str(journal)!r})))\n"
             "study.tell(study.ask(), 1.0)\n"
@@ -497,8 +497,8 @@ def test_a_full_disk_names_the_file_loses_nothing_and_the_study_goes_on_after(
 def test_a_long_check_of_a_large_grid_says_how_far_it_has_come(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stepscale.sweeps import plan
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
+    from stepscale.sweeps.study import plan
 
     monkeypatch.chdir(project)
     monkeypatch.setattr(plan._Progress, "AFTER_S", 0.0)  # as if every check were slow

@@ -22,8 +22,9 @@ import optuna.distributions as od
 import pytest
 import yaml
 
-from stepscale.sweeps.compose import prepare_study
-from stepscale.sweeps.errors import UsageError
+from stepscale.cli.formats import run_export, run_import
+from stepscale.cli.main import build_parser
+from stepscale.errors import UsageError
 from stepscale.sweeps.formats import (
     EXTENSIONS,
     FORMATS,
@@ -34,10 +35,10 @@ from stepscale.sweeps.formats import (
     loss_key,
     validate_document,
 )
-from stepscale.sweeps.formats.cli import add_format_commands, run_export, run_import
-from stepscale.sweeps.space import build_space
-from stepscale.sweeps.space_doc import SCHEMA_TAG, dumps_stable, space_document
-from stepscale.sweeps.validate import check_study as _check_study
+from stepscale.sweeps.study.compose import prepare_study
+from stepscale.sweeps.study.space import build_space
+from stepscale.sweeps.study.space_doc import SCHEMA_TAG, dumps_stable, space_document
+from stepscale.sweeps.study.validate import check_study as _check_study
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -164,17 +165,19 @@ def test_schema_file_is_a_valid_json_schema_shipped_with_the_package() -> None:
     from importlib import resources
 
     shipped = json.loads(
-        resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text()
+        resources.files("stepscale.sweeps.study").joinpath("search_space.schema.json").read_text()
     )
     jsonschema.Draft202012Validator.check_schema(shipped)
-    assert shipped == json.loads((ROOT / "sweeps" / "search_space.schema.json").read_text())
+    assert shipped == json.loads(
+        (ROOT / "sweeps" / "study" / "search_space.schema.json").read_text()
+    )
     assert shipped["properties"]["schema"]["const"] == SCHEMA_TAG
 
 
 @pytest.mark.parametrize("study", builtin_studies())
 def test_space_json_of_every_builtin_validates_and_is_stable(study: str) -> None:
     doc = study_doc(study)
-    schema = json.loads((ROOT / "sweeps" / "search_space.schema.json").read_text())
+    schema = json.loads((ROOT / "sweeps" / "study" / "search_space.schema.json").read_text())
     jsonschema.validate(doc, schema)  # the schema file itself, not only our wrapper
     validate_document(doc)
     _, cfg, _ = prepare_study([f"conf={study}"], None)
@@ -679,7 +682,7 @@ def _dry_run_args(conf_yaml: str, tmp: Path, name: str) -> list[str]:
 def test_a_conf_imported_from_each_format_runs_dry(
     fmt: str, rich_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     for study in ("smoke", "rich"):
         doc = study_doc(study, rich_dir if study == "rich" else None)
@@ -766,7 +769,7 @@ def test_import_algoperf_tuning_search_space(tmp_path: Path) -> None:
     assert params["dropout_rate"]["choices"] == [0.0, 0.1] and notes == []
     conf = document_to_study_yaml(doc)
     assert "left out dropout_rate" in conf
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     args = _dry_run_args(conf, tmp_path, "from_algoperf")
     assert main([*args, f"run_dir={tmp_path / 'r'}"]) == 0
@@ -939,8 +942,7 @@ def test_unknown_format() -> None:
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="sweep")
-    add_format_commands(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
     return parser.parse_args(argv)
 
 

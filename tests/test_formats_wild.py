@@ -25,7 +25,7 @@ from stepscale.sweeps.formats import (
     study_yaml,
     validate_document,
 )
-from stepscale.sweeps.space_doc import SCHEMA_TAG
+from stepscale.sweeps.study.space_doc import SCHEMA_TAG
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 CORPUS_FILES = sorted(
@@ -59,7 +59,7 @@ def test_the_corpus_lists_every_file_with_its_source_and_licence() -> None:
 def test_every_corpus_file_imports_into_a_conf_that_runs_dry(
     path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     fmt = path.parent.name
     doc, _ = import_space(path.read_text(), fmt)
@@ -380,7 +380,7 @@ def test_vizier_export_of_every_builtin_study_round_trips(study: str, tmp_path: 
         assert theirs[cond[0]["conditional"]["on"]]["role"] == "scientific"
     assert back["objective"]["kind"] == doc["objective"]["kind"]
     assert back["sampler"]["name"] == doc["sampler"]["name"]
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     args = _dry_run_args(document_to_study_yaml(back), tmp_path, "back")
     assert main([*args, f"run_dir={tmp_path / 'r'}"]) == 0

@@ -280,7 +280,7 @@ def test_bad_and_unhelpful_sharding_values() -> None:
 def test_sweep_train_rejects_an_unknown_sharding_with_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     run_dir = tmp_path / "run"
     code = main(["train", "conf=train_smoke", "train.sharding=zero3", f"run_dir={run_dir}"])
@@ -288,7 +288,7 @@ def test_sweep_train_rejects_an_unknown_sharding_with_exit_2(
     assert code == 2 and "train.sharding" in err and "zero3" in err, err
     assert "Traceback" not in err and not run_dir.exists()
     # Another sharding (or device count) is not another run: the same run dir resumes.
-    from stepscale.sweeps.train_cmd import _comparable
+    from stepscale.cli.train import _comparable
 
     def saved(sharding: str, devices: int) -> dict[str, Any]:
         return {"train": {"sharding": sharding, "devices": devices, "max_steps": 60}}
@@ -326,7 +326,7 @@ def _study(tmp_path: Path, body: str) -> list[str]:
 
 
 def _sweep_run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     code = main(["run", *args, "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}"])
     out, err = capsys.readouterr()

@@ -5,7 +5,6 @@ tables and figures (no line drawn)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -36,7 +35,9 @@ from stepscale.analysis.report import write_report
 from stepscale.analysis.report.blocks import to_markdown
 from stepscale.analysis.report.page import document
 from stepscale.analysis.report.sections import lr_law_text
-from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
+from stepscale.cli.main import build_parser
+from stepscale.cli.report import run_report
+from stepscale.errors import UsageError
 
 # The demo's η*(B) of issue 18: η* = 0.0028·B^0.715 on 3 batch sizes whose optima go up
 # then down, so α's 95% interval is [−6.3, 7.8] (a bump of 0.666 in log η* at the middle).
@@ -230,8 +231,7 @@ def test_the_answer_is_on_the_first_screen_in_chromium(demo: Path, tmp_path: Pat
 
 
 def report_cli(*argv: str) -> dict:
-    p = argparse.ArgumentParser(prog="sweep")
-    add_report_command(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     return run_report(p.parse_args(["report", *argv]))
 
 
@@ -261,13 +261,13 @@ def test_a_comparison_overlays_the_studies_by_name(demo: Path, tmp_path: Path) -
 def test_bad_comparisons_are_input_errors_and_write_nothing(demo: Path, tmp_path: Path) -> None:
     seq = make_run_dir(tmp_path / "seq", Spec(seq_lens=(32, 64), lr_multipliers=(0.5, 1.0, 2.0)))
     out = tmp_path / "cmp"
-    with pytest.raises(ReportInputError, match="no batch-size axis"):
+    with pytest.raises(UsageError, match="no batch-size axis"):
         report_cli(str(demo), str(seq), "--out", str(out))
-    with pytest.raises(ReportInputError, match="needs --out DIR"):
+    with pytest.raises(UsageError, match="needs --out DIR"):
         report_cli(str(demo), str(demo))
-    with pytest.raises(ReportInputError, match="missing does not exist"):
+    with pytest.raises(UsageError, match="missing does not exist"):
         report_cli(str(demo), str(tmp_path / "missing"), "--out", str(out))
-    with pytest.raises(ReportInputError, match="--out is for comparisons"):
+    with pytest.raises(UsageError, match="--out is for comparisons"):
         report_cli(str(demo), "--out", str(out))
     assert not out.exists()
 
@@ -311,7 +311,7 @@ def test_a_studys_report_targets_are_fitted_beside_its_target(tmp_path: Path) ->
 def test_report_targets_harder_than_a_stopping_target_are_refused(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     code = main(
         ["run", "conf=shakespeare_batchsize", "objective.report_targets=[2.3]", "--dry-run"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from test_formats import builtin_studies
 
-from stepscale.sweeps.compose import prepare_study
+from stepscale.sweeps.study.compose import prepare_study
 
 
 @pytest.mark.parametrize("study", builtin_studies())
@@ -41,7 +41,7 @@ def test_a_whole_parameter_is_added_from_the_command_line() -> None:
 def test_every_option_of_every_command_has_help_text() -> None:
     import argparse
 
-    from stepscale.sweeps.cli import build_parser
+    from stepscale.cli.main import build_parser
 
     missing = []
 
@@ -62,7 +62,7 @@ def test_every_option_of_every_command_has_help_text() -> None:
 def test_an_imported_conf_says_how_to_run_it_from_any_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from stepscale.sweeps.cli import main
+    from stepscale.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["export", "conf=smoke", "--format", "optuna"]) == 0

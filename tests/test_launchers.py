@@ -10,10 +10,10 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.launchers import Launcher
-from stepscale.sweeps.schema import LauncherConfig
-from stepscale.sweeps.slurm import slurm_parameters
+from stepscale.errors import UsageError
+from stepscale.sweeps.launch.launchers import Launcher
+from stepscale.sweeps.launch.slurm import slurm_parameters
+from stepscale.sweeps.study.schema import LauncherConfig
 
 
 def visible_devices(hold_s: float) -> str:
@@ -81,7 +81,7 @@ def test_slurm_options_from_the_launcher_config():
 def test_sbatch_from_inside_a_job_does_not_pass_the_jobs_slurm_settings_on(tmp_path: Path):
     """A detached orchestrator runs in a SLURM job; its SLURM_* variables must not reach the
     trial jobs it submits (srun would take them as its own), SLURM_CONF must."""
-    from stepscale.sweeps.launchers import _environment
+    from stepscale.sweeps.launch.launchers import _environment
 
     os.environ["SLURM_MEM_PER_CPU"] = "1000"
     os.environ["SLURM_CONF"] = "/etc/slurm/slurm.conf.test"

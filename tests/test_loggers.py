@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from helpers import read_jsonl, run_sweep
 
+from stepscale.cli.main import main
 from stepscale.loggers import mlflow_uri
-from stepscale.sweeps.cli import main
 
 # A Python-function trainer: steps with eval losses, an integer token count, a value that is
 # not finite (null in metrics.jsonl, left out by the loggers) and a second record at step 4.

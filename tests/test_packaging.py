@@ -15,7 +15,7 @@ def test_every_package_is_listed() -> None:
     )
     found = {
         ".".join(("stepscale", *p.parent.relative_to(ROOT).parts))
-        for top in ("sweeps", "models", "analysis", "conf")
+        for top in ("sweeps", "models", "analysis", "conf", "cli")
         for p in (ROOT / top).rglob("__init__.py")
     }
     assert found | {"stepscale"} == listed
@@ -35,7 +35,7 @@ def test_analysis_does_not_import_models() -> None:
 
 
 def test_conf_tree_is_found_through_the_package() -> None:
-    from stepscale.sweeps.compose import conf_dir
+    from stepscale.sweeps.study.compose import conf_dir
 
     assert (conf_dir() / "config.yaml").exists()
     assert (conf_dir() / "conf" / "train_smoke.yaml").exists()

@@ -24,9 +24,9 @@ from optuna.trial import TrialState
 from servers import ServerUnavailable, skip_or_fail
 from servers.postgres import Timings, postgres_server
 
-from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.schema import StorageConfig
-from stepscale.sweeps.storage import open_storage, redact, resolve
+from stepscale.errors import UsageError
+from stepscale.sweeps.study.schema import StorageConfig
+from stepscale.sweeps.study.storage import open_storage, redact, resolve
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 URL_ENV = "STEPSCALE_TEST_PG_URL"

@@ -11,9 +11,9 @@ import optuna
 from optuna.trial import TrialState
 
 from stepscale.rundir import METRICS_JSONL, STATUS_JSON, trial_dir
-from stepscale.sweeps.metrics_file import tail_step
-from stepscale.sweeps.point_stats import point_stats
-from stepscale.sweeps.space import Point
+from stepscale.sweeps.run.point_stats import point_stats
+from stepscale.sweeps.study.space import Point
+from stepscale.sweeps.trainers.metrics_file import tail_step
 
 
 def _lines(*steps: int) -> str:

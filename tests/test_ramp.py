@@ -15,6 +15,7 @@ from helpers import CrashAt, read_jsonl, tiny_gpt, tiny_nqm, without_wall
 from scipy import stats
 
 from stepscale.analysis.course import ramp_comparison
+from stepscale.cli.main import main
 from stepscale.models import checkpoint
 from stepscale.models.config import DataConfig
 from stepscale.models.errors import ConfigError
@@ -23,9 +24,8 @@ from stepscale.models.ramp import BatchStage, batch_schedule
 from stepscale.models.step import TRACE_COUNTS
 from stepscale.models.train import train
 from stepscale.reporters import JsonlReporter, NullReporter
-from stepscale.sweeps.cli import main
 from stepscale.sweeps.formats import FORMATS, export_space, import_space, validate_document
-from stepscale.sweeps.space_doc import SCHEMA_TAG
+from stepscale.sweeps.study.space_doc import SCHEMA_TAG
 
 
 def _data(**rampup: object) -> DataConfig:

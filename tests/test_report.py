@@ -3,7 +3,6 @@ partial studies, redaction, the CSV through `sweep fit steps`, ablations, bad in
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -14,8 +13,10 @@ from pathlib import Path
 import pytest
 from run_dirs import Spec, make_run_dir
 
-from stepscale.analysis.fit_cli import add_fit_commands, run_fit
-from stepscale.analysis.report_cli import ReportInputError, add_report_command, run_report
+from stepscale.cli.fit import run_fit
+from stepscale.cli.main import build_parser
+from stepscale.cli.report import run_report
+from stepscale.errors import UsageError
 from stepscale.redact import redact
 
 FILES = (
@@ -31,16 +32,14 @@ URL = f"postgresql://alice:{SECRET}@db.example.com:5432/optuna"
 
 
 def report(*argv: str) -> dict:
-    p = argparse.ArgumentParser(prog="sweep")
-    add_report_command(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     result = run_report(p.parse_args(["report", *argv]))
     json.dumps(result, allow_nan=False)
     return result
 
 
 def fit_steps(*argv: str) -> dict:
-    p = argparse.ArgumentParser(prog="sweep")
-    add_fit_commands(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     return run_fit(p.parse_args(["fit", "steps", *argv]))
 
 
@@ -299,22 +298,20 @@ def test_a_study_without_batch_axis_skips_those_fits(tmp_path: Path) -> None:
 
 
 def test_bad_input_is_a_report_input_error(tmp_path: Path) -> None:
-    with pytest.raises(ReportInputError, match="does not exist"):
+    with pytest.raises(UsageError, match="does not exist"):
         report(str(tmp_path / "missing"))
-    with pytest.raises(ReportInputError, match="no trials"):
+    with pytest.raises(UsageError, match="no trials"):
         report(str(tmp_path))
     run = make_run_dir(tmp_path / "run", Spec(batches=(16, 32), horizon=200))
     (run / "run.json").write_text("{")
-    with pytest.raises(ReportInputError, match=r"run\.json"):
+    with pytest.raises(UsageError, match=r"run\.json"):
         report(str(run))
-    with pytest.raises(ReportInputError, match="finite"):
+    with pytest.raises(UsageError, match="finite"):
         report(str(run), "--target", "nan")
-    assert issubclass(ReportInputError, ValueError)
 
 
 def test_the_parser_takes_repeated_targets() -> None:
-    p = argparse.ArgumentParser(prog="sweep")
-    add_report_command(p.add_subparsers(dest="command", required=True))
+    p = build_parser()
     args = p.parse_args(["report", "runs/x", "--target", "2.5", "--target", "3"])
     assert args.run_dir == ["runs/x"] and args.target == [2.5, 3.0]
     assert p.parse_args(["report", "runs/x"]).target == []

@@ -14,12 +14,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from stepscale.sweeps.arg_styles import STYLES, ArgsSpec, fill, read_args
-from stepscale.sweeps.command_job import command_line
-from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.line_formats import FORMATS, RecordStream, parse_text, read_metrics
-from stepscale.sweeps.output_sources import FileSource, _split_utf8
-from stepscale.sweeps.trainers import read_trainer
+from stepscale.errors import UsageError
+from stepscale.sweeps.job.command import command_line
+from stepscale.sweeps.trainers.arg_styles import STYLES, ArgsSpec, fill, read_args
+from stepscale.sweeps.trainers.line_formats import (
+    FORMATS,
+    RecordStream,
+    parse_text,
+    read_metrics,
+)
+from stepscale.sweeps.trainers.output_sources import FileSource, _split_utf8
+from stepscale.sweeps.trainers.spec import read_trainer
 
 BAR = "\r  3%|▎         | 3/100 [00:00<00:05, 17.9it/s, loss=9.99]"
 

@@ -176,10 +176,10 @@ for step in range(start, 21, 5):
 
 def run_job(folder: Path, attempt: int, resume_args: list[str]) -> dict:
     """One attempt of a trial, run by the trial job's own code (no orchestrator)."""
-    from stepscale.sweeps.job import run_trial
-    from stepscale.sweeps.storage import StorageSpec
-    from stepscale.sweeps.trainers import read_trainer
-    from stepscale.sweeps.trial_spec import TrialSpec
+    from stepscale.sweeps.job.spec import TrialSpec
+    from stepscale.sweeps.job.trial_job import run_trial
+    from stepscale.sweeps.study.storage import StorageSpec
+    from stepscale.sweeps.trainers.spec import read_trainer
 
     metrics = {
         "source": "stdout",
@@ -212,7 +212,7 @@ def run_job(folder: Path, attempt: int, resume_args: list[str]) -> dict:
 def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
     tmp_path: Path, resume_args: list[str]
 ) -> None:
-    from stepscale.sweeps.command_job import CommandFailed
+    from stepscale.sweeps.job.command import CommandFailed
 
     (tmp_path / "train.py").write_text(RESUMABLE)
     folder = tmp_path / "trial"

@@ -177,8 +177,8 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
 ):
     """A job counts as ended only when the controller says so; when it cannot be asked
     the job counts as live (asked again later), never as ended and retried twice."""
-    from stepscale.sweeps import slurm as slurm_side
-    from stepscale.sweeps.slurm import slurm_job_active
+    from stepscale.sweeps.launch import slurm as slurm_side
+    from stepscale.sweeps.launch.slurm import slurm_job_active
 
     out = subprocess.run(
         ["sbatch", "--parsable", "--wrap", "sleep 120", "-o", str(tmp_path / "out")],
@@ -197,7 +197,10 @@ def test_squeue_verdict_on_live_ended_unknown_jobs_and_an_unreachable_controller
         text = re.sub(r"(?m)^SlurmctldPort=\d+", f"SlurmctldPort={dead_port}", slurm.read_text())
         (tmp_path / "slurm.conf").write_text(text)
         slurm_side._last_silence_warning[0] = 0.0
-        with monkeypatch.context() as m, caplog.at_level(logging.WARNING, "stepscale.sweeps.slurm"):
+        with (
+            monkeypatch.context() as m,
+            caplog.at_level(logging.WARNING, "stepscale.sweeps.launch.slurm"),
+        ):
             m.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
             assert slurm_job_active("987654")
             assert slurm_job_active(job)

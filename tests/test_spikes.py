@@ -20,8 +20,8 @@ from stepscale.models.optim import clip_updates, make_optimizer, set_hyperparams
 from stepscale.models.spikes import SpikeDetector, find_spikes
 from stepscale.models.train import train
 from stepscale.reporters import JsonlReporter, NullReporter
-from stepscale.sweeps.objective import objective_value
-from stepscale.sweeps.trainer_status import complete_status
+from stepscale.sweeps.study.objective import objective_value
+from stepscale.sweeps.trainers.final_status import complete_status
 
 
 def test_the_spike_rule_gives_the_exact_steps_of_a_constructed_series() -> None:

@@ -22,8 +22,8 @@ from helpers import (
 from optuna.trial import TrialState
 
 from stepscale import rundir
+from stepscale.cli.main import main
 from stepscale.files import read_json
-from stepscale.sweeps.cli import main
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 FAST = ["train.devices=1"]
@@ -515,7 +515,7 @@ def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
 ) -> None:
     """Ctrl-C between asking Optuna for a trial and submitting its job: the trial is left
     stopped (not held by a heartbeat for the takeover timeout) and resumes as attempt 1."""
-    from stepscale.sweeps.launchers import Launcher
+    from stepscale.sweeps.launch.launchers import Launcher
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt

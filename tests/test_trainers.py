@@ -16,17 +16,17 @@ import pytest
 from helpers import assert_exact_budget, read_jsonl, trials_of, wait_for
 
 from stepscale import rundir
-from stepscale.sweeps.command_job import override_value
-from stepscale.sweeps.errors import UsageError
-from stepscale.sweeps.metrics_file import (
+from stepscale.errors import UsageError
+from stepscale.sweeps.job.command import override_value
+from stepscale.sweeps.trainers.final_status import complete_status, crossing
+from stepscale.sweeps.trainers.metrics_file import (
     MalformedRecord,
     MetricsTail,
     last_step,
     normalized_records,
     parse_record,
 )
-from stepscale.sweeps.trainer_status import complete_status, crossing
-from stepscale.sweeps.trainers import COMMAND, read_trainer
+from stepscale.sweeps.trainers.spec import COMMAND, read_trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = str(Path(sys.executable).with_name("sweep"))

@@ -17,11 +17,11 @@ from stepscale.analysis import load
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.headline import headline
 from stepscale.analysis.verdict import MARGIN, NOT_TRAINED, PointLearning, learned
+from stepscale.cli.main import main
 from stepscale.models.config import TrainerConfig
 from stepscale.models.nets import nqm_initial_loss
 from stepscale.models.plan import prepare
 from stepscale.models.train import train
-from stepscale.sweeps.cli import main
 
 
 def test_the_margin_rule_with_known_numbers() -> None:

@@ -26,7 +26,7 @@ from helpers import (
 
 from stepscale import rundir
 
-WORKER = "stepscale.sweeps.worker_main"
+WORKER = "stepscale.sweeps.job.worker_main"
 
 # A Python-function trainer: it runs inside the warm worker. Steps sleep ``sleep_s``; it
 # checkpoints every 2 steps; on request it crashes its process once at ``crash_at``

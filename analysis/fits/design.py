@@ -20,7 +20,7 @@ Rules in order (:func:`next_batch`):
    too few degrees of freedom for the interval to be trusted: it is narrow by luck);
 4. else the candidate that minimises the linearised variance of log B_crit.
 
-Every function is pure; the orchestrator (``stepscale.sweeps.adaptive``) and the replay
+Every function is pure; the orchestrator (``stepscale.sweeps.run.adaptive``) and the replay
 (:mod:`stepscale.analysis.replay`) both call :func:`next_batch`.
 """
 

@@ -12,7 +12,7 @@ sizes already tuned.
 - Every other nuisance parameter takes the value of the best trial at the nearest
   finished batch size (in log B; ties: the smaller batch size).
 
-Pure functions of arrays; the orchestrator (``stepscale.sweeps.transfer``) gathers the
+Pure functions of arrays; the orchestrator (``stepscale.sweeps.run.transfer``) gathers the
 finished trials and enqueues the prediction.
 """
 

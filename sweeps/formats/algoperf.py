@@ -32,7 +32,7 @@ from stepscale.sweeps.formats.common import (
     new_document,
     numeric_param,
 )
-from stepscale.sweeps.space_doc import dumps_stable
+from stepscale.sweeps.study.space_doc import dumps_stable
 
 FMT = "algoperf"
 ONE_MINUS = "one_minus_"

@@ -31,7 +31,7 @@ from stepscale.sweeps.formats.common import (
     scientific_param,
     unique_alias,
 )
-from stepscale.sweeps.space_doc import dumps_stable
+from stepscale.sweeps.study.space_doc import dumps_stable
 
 FMT = "batch_science"
 _SCALE = {"linear": "LINEAR_SCALE", "log": "LOG_SCALE", "reverse_log": "REVERSE_LOG_SCALE"}

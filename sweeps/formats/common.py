@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from stepscale.rundir import BATCH_PATH
-from stepscale.sweeps.trainer_keys import TRAINER_PATHS, TRAINER_TYPES
+from stepscale.sweeps.trainers.builtin_keys import TRAINER_PATHS, TRAINER_TYPES
 
 
 class FormatError(ValueError):
@@ -242,7 +242,7 @@ def envelope(param: dict[str, Any]) -> tuple[Any, Any, list[Any] | None]:
 
 def new_document(params: list[dict[str, Any]], **sections: Any) -> dict[str, Any]:
     """A document with the v1 tag, ``params`` and the sections that are not None."""
-    from stepscale.sweeps.space_doc import SCHEMA_TAG
+    from stepscale.sweeps.study.space_doc import SCHEMA_TAG
 
     doc: dict[str, Any] = {"schema": SCHEMA_TAG, "parameters": params}
     doc |= {k: v for k, v in sections.items() if v is not None}

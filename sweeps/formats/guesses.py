@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from stepscale.sweeps.formats.common import PATH_OK, own_path
-from stepscale.sweeps.trainer_keys import TRAINER_FIELDS, TRAINER_TYPES
+from stepscale.sweeps.trainers.builtin_keys import TRAINER_FIELDS, TRAINER_TYPES
 
 # Names that say their unit: only these may set a step count whatever their values.
 _STEP_NAMES = ("warmup_steps",)
@@ -22,7 +22,7 @@ _STEP_KEYS = ("schedule.warmup_steps",)
 
 @functools.cache
 def _choices() -> dict[str, tuple[str, ...]]:
-    from stepscale.sweeps.builtin import trainer_choices
+    from stepscale.sweeps.trainers.builtin import trainer_choices
 
     return trainer_choices()
 

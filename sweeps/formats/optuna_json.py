@@ -30,7 +30,7 @@ from stepscale.sweeps.formats.common import (
     new_document,
     numeric_param,
 )
-from stepscale.sweeps.space_doc import dumps_stable
+from stepscale.sweeps.study.space_doc import dumps_stable
 
 FMT = "optuna"
 REVERSE_SUFFIX = "__1m"

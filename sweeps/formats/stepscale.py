@@ -6,7 +6,7 @@ from typing import Any
 
 from stepscale.sweeps.formats.common import load_json
 from stepscale.sweeps.formats.validation import validate_document
-from stepscale.sweeps.space_doc import dumps_stable
+from stepscale.sweeps.study.space_doc import dumps_stable
 
 
 def export(doc: dict[str, Any]) -> str:

@@ -11,9 +11,9 @@ from typing import Any
 import yaml
 
 from stepscale.rundir import BATCH_PATH
-from stepscale.sweeps.builtin import DataConfig, TrainConfig
 from stepscale.sweeps.formats.common import KNOWN_NAMES, unique_alias
-from stepscale.sweeps.trainer_keys import TRAINER_PATHS
+from stepscale.sweeps.trainers.builtin import DataConfig, TrainConfig
+from stepscale.sweeps.trainers.builtin_keys import TRAINER_PATHS
 
 # Axes to add when a source has no scientific parameter, first free path wins: a
 # single-point grid at the trainer's default value.
@@ -213,7 +213,7 @@ def study_yaml(
     else:
         conf |= _clear_exclusive({p["path"] for p in kept}, notes)
     conf |= {role: group for role, group in groups.items() if group}
-    if doc.get("derived"):  # derived values (sweeps.derived) keep their order
+    if doc.get("derived"):  # derived values (sweeps.study.derived) keep their order
         conf["derived"] = {
             d["name"]: {k: v for k, v in d.items() if k != "name"} for d in doc["derived"]
         }

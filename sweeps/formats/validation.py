@@ -1,5 +1,5 @@
 """Validation of a stepscale search-space document against the JSON Schema shipped with
-the package (``sweeps/search_space.schema.json``), plus the checks a schema cannot state."""
+the package (``sweeps/study/search_space.schema.json``), plus the checks a schema cannot state."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from stepscale.sweeps.formats.common import FormatError
-from stepscale.sweeps.space_doc import SCHEMA_TAG
+from stepscale.sweeps.study.space_doc import SCHEMA_TAG
 
 _TAG = re.compile(r"^stepscale\.search_space/v(\d+)$")
 
@@ -20,7 +20,9 @@ _TAG = re.compile(r"^stepscale\.search_space/v(\d+)$")
 @functools.cache
 def schema() -> dict[str, Any]:
     """The JSON Schema of ``stepscale.search_space/v1``."""
-    text = resources.files("stepscale.sweeps").joinpath("search_space.schema.json").read_text()
+    text = (
+        resources.files("stepscale.sweeps.study").joinpath("search_space.schema.json").read_text()
+    )
     return json.loads(text)
 
 
@@ -105,8 +107,8 @@ def _check_semantics(doc: dict[str, Any]) -> None:
 def _check_derived(derived: list[dict[str, Any]], names: set[str], paths: dict[str, str]) -> None:
     """Derived entries: new names, free paths, expressions in the grammar over the
     parameters and earlier derived values."""
-    from stepscale.sweeps.expr import ExprError, parse
-    from stepscale.sweeps.expr import names as expr_names
+    from stepscale.sweeps.study.expr import ExprError, parse
+    from stepscale.sweeps.study.expr import names as expr_names
 
     known = set(names)
     for i, d in enumerate(derived):

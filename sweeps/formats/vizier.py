@@ -41,8 +41,8 @@ from stepscale.sweeps.formats.common import (
     numeric_param,
     type_of,
 )
-from stepscale.sweeps.objective import OBJECTIVES
-from stepscale.sweeps.space_doc import dumps_stable
+from stepscale.sweeps.study.objective import OBJECTIVES
+from stepscale.sweeps.study.space_doc import dumps_stable
 
 FMT = "vizier"
 MAX_POINTS = 1000

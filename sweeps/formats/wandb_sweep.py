@@ -30,7 +30,7 @@ from stepscale.sweeps.formats.common import (
     new_document,
     numeric_param,
 )
-from stepscale.sweeps.objective import OBJECTIVES
+from stepscale.sweeps.study.objective import OBJECTIVES
 
 FMT = "wandb"
 _METHOD = {"tpe": "bayes", "gp": "bayes", "random": "random", "qmc": "random", "grid": "grid"}

@@ -1,0 +1,181 @@
+"""`sweep status RUN_DIR [--json]`: a row per point from the run dir's files (no storage
+access needed, so it works from any machine that sees the run dir)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from stepscale.errors import UsageError
+from stepscale.files import read_json
+from stepscale.rundir import (
+    COMPLETE,
+    FAILED,
+    JOB_JSON,
+    ORCHESTRATOR_DIR,
+    QUEUED,
+    RUN_JSON,
+    RUNNING,
+    STATUS_JSON,
+    STOPPED,
+    STUDY_JSON,
+    TRAINER_FINAL_STATES,
+    TRIAL_JSON,
+    TRIALS_DIR,
+)
+from stepscale.sweeps.run import orchestrators
+
+STATES = (RUNNING, *TRAINER_FINAL_STATES, FAILED)
+KNOWN_STATES = (*STATES, STOPPED, QUEUED)
+DAMAGED = "damaged"  # a trial.json that cannot be read: not counted as any state
+ORCHESTRATOR_TIMEOUT_S = 120.0
+
+
+def study_status(run_dir: Path) -> dict[str, Any]:
+    """Counts by state, best objective and steps spent per point."""
+    study = read_json(run_dir / STUDY_JSON, lenient=True)
+    if study is None:
+        raise UsageError(f"{run_dir}: not a study run dir (no readable study.json)")
+    _check_study_file(run_dir / STUDY_JSON, study)
+    budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
+    points = []
+    damaged: list[str] = []
+    for p in study["points"]:
+        row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
+        row.update({s: 0 for s in (*KNOWN_STATES, DAMAGED)})
+        for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
+            trial = _record(trial_json)
+            state = trial.get("state")
+            if state not in KNOWN_STATES:  # unreadable, not a record, or a state unknown
+                damaged.append(str(trial_json))
+                state = DAMAGED
+            row[state] += 1
+            steps = _record(trial_json.parent / STATUS_JSON).get("steps_done")
+            row["steps"] += steps if _count(steps) else 0
+            value = trial.get("objective")
+            if (
+                state == COMPLETE
+                and isinstance(value, int | float)
+                and (row["best"] is None or value < row["best"])
+            ):
+                row["best"] = value
+        points.append(row)
+    run = _record(run_dir / RUN_JSON)
+    job = _record(run_dir / ORCHESTRATOR_DIR / JOB_JSON)
+    done = not damaged and all(
+        r["running"] == 0 and sum(r[s] for s in STATES[1:]) >= r["budget"] for r in points
+    )
+    live = orchestrators.live(run_dir, ORCHESTRATOR_TIMEOUT_S)
+    return {
+        "orchestrators": [
+            {k: o.get(k) for k in ("host", "pid", "slurm_job_id", "started")} for o in live
+        ],
+        "detached_job": job if {"job_id", "log"} <= set(job) else None,
+        "name": study["name"],
+        "run_dir": str(run_dir),
+        "objective": study["objective"],
+        "points": points,
+        "damaged": damaged,
+        "finished": done and run.get("ended") is not None,
+        "started": run.get("started"),
+        "ended": run.get("ended"),
+    }
+
+
+def _check_study_file(path: Path, study: Any) -> None:
+    """Refuse (`UsageError`) a study.json without what the table needs."""
+
+    def bad(what: str) -> UsageError:
+        return UsageError(
+            f"{path} is not a study file this version of sweep can read ({what}); it is "
+            "written by `sweep run`: run the study's command again to rewrite it"
+        )
+
+    if not isinstance(study, dict):
+        raise bad(f"it holds a {type(study).__name__}, not a mapping")
+    missing = [k for k in ("name", "budget", "points", "objective") if k not in study]
+    if missing:
+        raise bad(f"missing key(s): {', '.join(missing)}")
+    budget = study["budget"]
+    if not isinstance(budget, dict) or not _count(budget.get("trials_per_point")):
+        raise bad("budget.trials_per_point is not a count")
+    if not _count(budget.get("confirm_seeds", 0)):
+        raise bad("budget.confirm_seeds is not a count")
+    points = study["points"]
+    if not isinstance(points, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("label"), str) for p in points
+    ):
+        raise bad("points is not a list of {label: …}")
+    if not isinstance(study["objective"], dict) or "kind" not in study["objective"]:
+        raise bad("objective.kind is missing")
+    if any("/" in p["label"] or p["label"] in (".", "..") for p in points):
+        raise bad("a point label is a path")
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """A JSON record of the run dir, or {} when it is missing, unreadable or not a mapping
+    (one a process is writing, or a damaged one: the table shows what it can)."""
+    record = read_json(path, lenient=True)
+    return record if isinstance(record, dict) else {}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def print_status(run_dir: str, as_json: bool) -> int:
+    """Print the status table (or JSON)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UsageError(f"{run_dir}: no such run dir")
+    status = study_status(path)
+    if as_json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    state = "finished" if status["finished"] else "in progress"
+    if status["damaged"]:
+        state = "damaged records, see below"
+    print(f"{status['name']} ({state}) — objective {status['objective']['kind']}")
+    running = status["orchestrators"]
+    job = status["detached_job"]
+    where = ", ".join(
+        f"{o['host']} pid {o['pid']}"
+        + (f" (SLURM job {o['slurm_job_id']})" if o.get("slurm_job_id") else "")
+        for o in running
+    )
+    print(f"  orchestrators: {where or 'none running'}", end="")
+    print(f"; detached job {job['job_id']}, log {job['log']}" if job else "")
+    print(
+        f"  {'point':32s} {'done':>7s} {'running':>7s} {'pruned':>6s} {'diverged':>8s} {'failed':>6s} {'best':>10s} {'steps':>9s}"
+    )
+    for r in status["points"]:
+        done = r["complete"] + r["pruned"] + r["diverged"] + r["failed"]
+        best = "—" if r["best"] is None or not math.isfinite(r["best"]) else f"{r['best']:.6g}"
+        print(
+            f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
+            f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
+        )
+    stopped = sum(r[STOPPED] for r in status["points"])
+    if stopped:
+        print(f"  {stopped} trial(s) stopped at a checkpoint: the same `sweep run` resumes them")
+    queued = sum(r[QUEUED] for r in status["points"])
+    if queued:
+        print(
+            f"  {queued} trial(s) queued: their jobs could not be submitted; the same "
+            "`sweep run` submits them"
+        )
+    if status["damaged"]:
+        print(
+            f"  warning: {len(status['damaged'])} trial record(s) damaged (unreadable "
+            f"trial.json, counted in no column): {', '.join(status['damaged'])}; the same "
+            "`sweep run` rewrites a finished trial's record from the study's storage"
+        )
+    return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """`sweep status`."""
+    return print_status(args.run_dir, args.json)

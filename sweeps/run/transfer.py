@@ -1,0 +1,243 @@
+"""Transfer between points (``sampler.transfer: true``): each point starts from the
+nuisance optimum predicted from the points already tuned.
+
+Order: within a group (the points that share every scientific value but the batch size)
+points run in bisection order of log B — the smallest and the largest batch size first
+(the *anchors*, tuned over the declared ranges), then the one farthest (in log B) from
+those already ordered, ties to the smaller — so every later point lies between tuned
+neighbours. A point other than the anchors starts only once every point before it in
+that order has finished, so its prediction is a function of finished results.
+
+Prediction (:func:`stepscale.analysis.fits.transfer.predict_nuisance`): the LR from the
+η*(B) law of the finished points of the group (interpolated in log–log between the two
+tuned neighbours), every other nuisance parameter from the best trial of the nearest
+tuned batch size. The prediction is enqueued as the point's first trial.
+
+Narrowing: the LR range of a predicted point becomes [η̂/w, η̂·w] within the declared
+range, w = max(``sampler.transfer_width``, exp(2·sd)) where sd is the residual standard
+deviation of log η* about one power law over the tuned points (so a law that fits badly
+keeps a wider range). Other parameters keep their declared ranges. Predictions and ranges
+are recorded in ``RUN_DIR/transfer.json`` (a resumed study reuses them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import optuna
+import optuna.distributions as od
+from optuna.trial import FrozenTrial, TrialState
+
+from stepscale.files import read_json, write_json_atomic
+from stepscale.rundir import (
+    DIVERGED,
+    TRANSFER_JSON,
+)
+from stepscale.sweeps.run.adaptive import point_finished
+from stepscale.sweeps.study.axes import batch_alias, lr_alias
+from stepscale.sweeps.study.schema import StudyConfig
+from stepscale.sweeps.study.space import Nuisance, Point, SearchSpace
+from stepscale.sweeps.study.trials import now_iso
+
+if TYPE_CHECKING:
+    from stepscale.analysis.fits.transfer import Prediction
+
+SCHEMA = "stepscale.transfer/v1"
+TrialsOf = Callable[[Point], list[FrozenTrial]]
+
+
+def bisection_order(values: list[float]) -> list[int]:
+    """Indices of ``values`` (ascending) in bisection order of log value: both ends, then
+    repeatedly the one farthest from those taken (ties: the smaller)."""
+    n = len(values)
+    if n <= 2:
+        return list(range(n))
+    logs = [math.log(v) for v in values]
+    order = [0, n - 1]
+    while len(order) < n:
+        rest = [i for i in range(n) if i not in order]
+        # distances rounded: log 32 − log 16 and log 128 − log 64 differ in the last bit
+        order.append(
+            max(rest, key=lambda i: (round(min(abs(logs[i] - logs[j]) for j in order), 9), -i))
+        )
+    return order
+
+
+class TransferRun:
+    """Transfer between the points of one study in one run dir."""
+
+    def __init__(self, cfg: StudyConfig, run_dir: Path) -> None:
+        alias = batch_alias(cfg)
+        assert alias is not None
+        self.cfg = cfg
+        self.batch = alias
+        self.lr = lr_alias(cfg)
+        self.file = run_dir / TRANSFER_JSON
+        self._ranges: dict[str, dict[str, list[float]]] = {}
+
+    @classmethod
+    def of(cls, cfg: StudyConfig, run_dir: Path) -> TransferRun | None:
+        """The study's transfer, or None when ``sampler.transfer`` is off."""
+        return cls(cfg, run_dir) if cfg.sampler.transfer else None
+
+    # ------------------------------------------------------------------ order
+    def _group(self, point: Point) -> tuple[tuple[str, str], ...]:
+        return tuple((k, repr(v)) for k, v in point.values.items() if k != self.batch)
+
+    def orders(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
+        """Point label → the points of its group in bisection order (computed once for
+        all points: a grid of many groups stays cheap to serve)."""
+        groups: dict[tuple[tuple[str, str], ...], list[Point]] = {}
+        for p in points:
+            groups.setdefault(self._group(p), []).append(p)
+        out: dict[str, list[Point]] = {}
+        for group in groups.values():
+            group.sort(key=lambda p: (float(p.values[self.batch]), p.index))
+            ranked = [
+                group[i] for i in bisection_order([float(p.values[self.batch]) for p in group])
+            ]
+            out.update({p.label: ranked for p in ranked})
+        return out
+
+    def rank(self, points: tuple[Point, ...], point: Point) -> int:
+        """Where ``point`` comes in its group's order (0 and 1: the anchors)."""
+        return [p.label for p in self.orders(points)[point.label]].index(point.label)
+
+    def serving(self, points: tuple[Point, ...], trials_of: TrialsOf) -> dict[str, Any]:
+        """The order and readiness `sweeps.run.budget.pick_point` serves points by."""
+        orders = self.orders(points)
+        rank = {label: [p.label for p in ranked].index(label) for label, ranked in orders.items()}
+        return {
+            "order": lambda p: rank[p.label],
+            "ready": lambda p: self._ready(orders[p.label], p, trials_of),
+        }
+
+    def ready(self, points: tuple[Point, ...], point: Point, trials_of: TrialsOf) -> bool:
+        """Whether ``point`` may be served: it has started already, is an anchor, or every
+        point before it in its group's order has finished."""
+        return self._ready(self.orders(points)[point.label], point, trials_of)
+
+    def _ready(self, ranked: list[Point], point: Point, trials_of: TrialsOf) -> bool:
+        if any(t.state != TrialState.WAITING for t in trials_of(point)):
+            return True
+        i = [p.label for p in ranked].index(point.label)
+        return i < 2 or all(point_finished(trials_of(p), self.cfg) for p in ranked[:i])
+
+    # ------------------------------------------------------------------ the record
+    def _record(self) -> dict[str, Any]:
+        saved = read_json(self.file, lenient=True)
+        if isinstance(saved, dict) and saved.get("schema") == SCHEMA:
+            return saved
+        return {"schema": SCHEMA, "width": self.cfg.sampler.transfer_width, "points": {}}
+
+    def distributions(
+        self, label: str, declared: dict[str, od.BaseDistribution]
+    ) -> dict[str, od.BaseDistribution]:
+        """The point's distributions with its recorded narrowed ranges (declared ones when
+        it has none)."""
+        if label not in self._ranges:
+            entry = self._record()["points"].get(label)
+            if entry is None:
+                return declared
+            self._ranges[label] = entry.get("ranges") or {}
+        out = dict(declared)
+        for name, (low, high) in self._ranges[label].items():
+            d = declared[name]
+            assert isinstance(d, od.FloatDistribution)
+            out[name] = od.FloatDistribution(low, high, log=d.log)
+        return out
+
+    # ------------------------------------------------------------------ a point's start
+    def start(
+        self,
+        space: SearchSpace,
+        point: Point,
+        study: optuna.Study,
+        trials_of: TrialsOf,
+        run_dir: Path,
+    ) -> None:
+        """At a point's first ask: predict, record, and enqueue the prediction as its first
+        trial (once: a resumed study finds the record). Call under the run dir's lock."""
+        rec = self._record()
+        if point.label in rec["points"]:
+            return
+        ranked = self.orders(space.points)[point.label]
+        rank = [p.label for p in ranked].index(point.label)
+        entry: dict[str, Any] = {"rank": rank, "decided": now_iso(), "ranges": {}}
+        sources = [
+            p for p in ranked if p.label != point.label and point_finished(trials_of(p), self.cfg)
+        ]
+        prediction = None
+        if rank >= 2 and sources:
+            prediction = self._predict(space, point, sources, trials_of)
+        if prediction is None:
+            entry["prediction"] = None
+            entry["reason"] = (
+                "anchor (an end of the batch-size range): tuned over the declared ranges"
+                if rank < 2
+                else "no tuned neighbour with a usable trial: tuned over the declared ranges"
+            )
+        else:
+            nuisance = {n.name: n for n in space.nuisance[point.label]}
+            width = self.cfg.sampler.transfer_width
+            lr = nuisance.get(self.lr) if self.lr is not None else None
+            if lr is not None and lr.step is None and self.lr in prediction.values:
+                sd = prediction.log_sd
+                w = max(width, math.exp(2 * sd)) if math.isfinite(sd) else width
+                n = lr
+                assert n.low is not None and n.high is not None
+                eta = min(max(float(prediction.values[self.lr]), n.low), n.high)
+                low, high = max(n.low, eta / w), min(n.high, eta * w)
+                entry["ranges"][n.optuna_name] = [low, high]
+                entry["lr_width"] = w
+            params = {
+                nuisance[k].optuna_name: _sampled(nuisance[k], v, entry["ranges"])
+                for k, v in prediction.values.items()
+                if k in nuisance
+            }
+            entry["prediction"] = prediction.to_dict()
+            entry["enqueued"] = params
+            study.enqueue_trial(params, user_attrs={"kind": "tune", "transfer": True})
+        rec["points"][point.label] = entry
+        write_json_atomic(self.file, rec)
+
+    def _predict(
+        self, space: SearchSpace, point: Point, sources: list[Point], trials_of: TrialsOf
+    ) -> Prediction | None:
+        from stepscale.analysis.fits.transfer import TrialObservation, predict_nuisance
+
+        obs = []
+        for p in sources:
+            for t in trials_of(p):
+                if t.user_attrs.get("kind", "tune") != "tune" or t.state != TrialState.COMPLETE:
+                    continue
+                ok = t.user_attrs.get("state") != DIVERGED and t.value is not None
+                obs.append(
+                    TrialObservation(
+                        batch=float(p.values[self.batch]),
+                        values=space.trainer_values(p.label, t.params),
+                        objective=float(t.value) if ok else math.nan,  # type: ignore[arg-type]
+                    )
+                )
+        names = [n.name for n in space.nuisance[point.label]]
+        return predict_nuisance(obs, float(point.values[self.batch]), names, lr_name=self.lr)
+
+
+def _sampled(n: Nuisance, value: Any, ranges: dict[str, list[float]]) -> Any:
+    """The Optuna value of a predicted trainer value, inside the point's (narrowed) range."""
+    if n.type == "categorical":
+        return value
+    low, high = ranges.get(n.optuna_name, (n.low, n.high))
+    assert low is not None and high is not None
+    if n.scale == "reverse_log":  # sampled as 1 − x
+        return min(max(1.0 - float(value), 1.0 - n.high), 1.0 - n.low)  # type: ignore[operator]
+    v = min(max(float(value), low), high)
+    if n.type == "int":
+        step = int(n.step or 1)
+        return int(low + round((v - low) / step) * step)
+    if n.step is not None:
+        return low + round((v - low) / n.step) * n.step
+    return v
