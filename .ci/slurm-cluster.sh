@@ -44,7 +44,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$RUN/munge.socket
+AuthInfo=socket=$RUN/munge.socket,cred_expire=10
 SlurmctldPort=$CTLD_PORT
 SlurmdPort=$SLURMD_PORT
 StateSaveLocation=$ROOT/state

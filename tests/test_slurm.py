@@ -102,13 +102,17 @@ def _job_id(run_dir: Path) -> str:
     return str(record["job_id"]) if record and record.get("job_id") else ""
 
 
-def _release_when_held(job_id: str, timeout: float = 120) -> None:
-    """A requeued batch job waits ~2 minutes (Reason=BeginTime); let it start now.
+def _runs_again_after_requeue(job_id: str, timeout: float = 120) -> None:
+    """Wait until a requeued batch job runs again (or has ended), only watching it.
 
-    It waits until the job runs again (or has ended), releasing it each time the
-    controller shows it held by its begin time: the requeue goes through COMPLETING
-    (KillWait, the epilog) before the hold, and a job requeued twice (a trial job stopped
-    by the test, then by its own checkpoint) is held twice."""
+    SLURM holds a requeued job until its begin time, ``cred_expire`` + 1 s after the
+    requeue (`.ci/slurm-cluster.sh` sets cred_expire=10 on the test cluster, 120 s by
+    default): the job's old credential is revoked, and a restart within the second of the
+    revocation is refused ("Job credential revoked") and ends the job FAILED. A test that
+    releases the job early (``scontrol update StartTime=now``) races that revocation, so
+    none does. The requeue goes through COMPLETING (KillWait, the epilog) before the hold,
+    and a job requeued twice (stopped by the test, then by its own checkpoint) is held
+    twice."""
     seen: list[str] = []
 
     def running_again() -> bool:
@@ -116,8 +120,6 @@ def _release_when_held(job_id: str, timeout: float = 120) -> None:
             ["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True
         ).stdout.strip()
         seen.append(out)
-        if out.startswith("PENDING") and "BeginTime" in out:
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
         return (
             len(seen) > 1
             and (out.startswith("RUNNING") or not out)
@@ -291,14 +293,14 @@ def test_requeue_and_preemption_resume_at_the_signalled_step(
         _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 120, "training to start")
         job = _job_id(run_dir)
         subprocess.run(["scontrol", "requeue", job], check=True)
-        _release_when_held(job)
+        _runs_again_after_requeue(job)
         folder = _only_trial(run_dir)
         first = _wait(lambda: _resumed_step(folder), 120, "the requeued job to resume")
         # 2. submitit's preemption/time-limit signal (USR2): the job checkpoints, submitit
         #    requeues it through its Checkpointable, it resumes.
         _wait(lambda: _last_step(folder) >= first + 500, 120, "training to go on")
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
-        _release_when_held(job)
+        _runs_again_after_requeue(job)
         _finish(proc, 300)
     finally:
         if proc.poll() is None:
@@ -444,7 +446,7 @@ def test_a_requeued_orchestrator_takes_over_its_running_trial(
     _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 180, "the trial to train")
     trial_job = _job_id(run_dir)
     subprocess.run(["scancel", "--signal=USR2", orch], check=True)
-    _release_when_held(orch)
+    _runs_again_after_requeue(orch)
 
     def finished() -> bool:
         return json.loads(sweep(["status", str(run_dir), "--json"]).stdout)["finished"]
@@ -566,7 +568,7 @@ def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_runni
         _wait(lambda: _last_step(second) >= 30, 180, "the second trial of the queue to train")
         job = str(read_json(second / "trial.json")["job_id"])
         subprocess.run(["scontrol", "requeue", job], check=True)
-        _release_when_held(job)
+        _runs_again_after_requeue(job)
         _finish(proc, 300)
     finally:
         if proc.poll() is None:
