@@ -18,7 +18,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim, claim_level
-from stepscale.analysis.fits.arrays import jsonable
+from stepscale.analysis.fits.records import OMIT, Record, as_json
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
     headline,
@@ -67,25 +67,21 @@ class ComparedSeries:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """The overlay of several studies; ``rows`` is the table of their answers."""
+class Comparison(Record):
+    """The overlay of several studies; ``rows`` is the table of their answers (its JSON:
+    comparison.json)."""
 
     batch_unit: str
     series: tuple[ComparedSeries, ...]
-    rows: tuple[tuple[str, ...], ...]
+    rows: tuple[tuple[str, ...], ...] = field(metadata=as_json("answers"))
     # "the first study reaches the target in fewer steps than each other one", per batch
     # size both ran confirm seeds at, to the same target (analysis.claims)
     claims: tuple[tuple[float, Claim], ...] = ()
-    claim_notes: tuple[str, ...] = ()
+    claim_notes: tuple[str, ...] = field(default=(), metadata=OMIT)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (comparison.json)."""
-        return {
-            "batch_unit": self.batch_unit,
-            "series": [jsonable(s.__dict__) for s in self.series],
-            "answers": [list(r) for r in self.rows],
-            "claims": [jsonable({"batch": b, **c.to_dict()}) for b, c in self.claims],
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Each claim with the batch size it was tested at."""
+        return fields | {"claims": [{"batch": b, **c.to_dict()} for b, c in self.claims]}
 
 
 def _grid(values: Sequence[float]) -> np.ndarray:

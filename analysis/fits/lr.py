@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from stepscale.analysis.fits.arrays import batch_json, floats, jsonable, positive_batches, softplus
+from stepscale.analysis.fits.arrays import batch_json, floats, positive_batches, softplus
+from stepscale.analysis.fits.records import BATCH, Record, as_json, columns_to_rows
 
 __all__ = [
     "LRLaw",
@@ -39,7 +40,7 @@ _EDGE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
-class OptimalLR:
+class OptimalLR(Record):
     """η*(B) per batch size (ascending).
 
     ``method`` is ``"quadratic"`` when the local quadratic in log LR gave a minimum inside
@@ -48,7 +49,7 @@ class OptimalLR:
     or an optimum within 5% of the log-width of the given search bounds from a bound.
     """
 
-    batch_sizes: tuple[float, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=as_json("batch", batch=True))
     lr_opt: tuple[float, ...]
     objective_opt: tuple[float, ...]
     best_lr: tuple[float, ...]
@@ -57,33 +58,9 @@ class OptimalLR:
     method: tuple[str, ...]
     n_trials: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: one entry per batch size."""
-        return {
-            "batch_sizes": [
-                {
-                    "batch": batch_json(b),
-                    "lr_opt": jsonable(lr),
-                    "objective_opt": jsonable(obj),
-                    "best_lr": jsonable(blr),
-                    "best_objective": jsonable(bobj),
-                    "at_edge": edge,
-                    "method": m,
-                    "n_trials": n,
-                }
-                for b, lr, obj, blr, bobj, edge, m, n in zip(
-                    self.batch_sizes,
-                    self.lr_opt,
-                    self.objective_opt,
-                    self.best_lr,
-                    self.best_objective,
-                    self.at_edge,
-                    self.method,
-                    self.n_trials,
-                    strict=True,
-                )
-            ]
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One entry per batch size."""
+        return {"batch_sizes": columns_to_rows(fields)}
 
 
 def _local_quadratic(
@@ -188,7 +165,7 @@ def optimal_lr(
 
 
 @dataclass(frozen=True)
-class RuleComparison:
+class RuleComparison(Record):
     """How a fitted exponent α compares with a scaling rule's α."""
 
     name: str
@@ -197,21 +174,9 @@ class RuleComparison:
     distance: float  # fitted α − rule α
     z: float  # distance in standard errors
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "name": self.name,
-                "alpha": self.alpha,
-                "inside_ci": self.inside_ci,
-                "distance": self.distance,
-                "z": self.z,
-            }
-        )
-
 
 @dataclass(frozen=True)
-class SaturatingFit:
+class SaturatingFit(Record):
     """Fit of ε_opt(B) = ε_max / (1 + B_noise/B) in log space."""
 
     eps_max: float
@@ -224,21 +189,9 @@ class SaturatingFit:
         """ε_opt at the given batch sizes."""
         return self.eps_max / (1.0 + self.b_noise / floats(batch, "batch"))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "eps_max": self.eps_max,
-                "b_noise": self.b_noise,
-                "residuals": self.residuals,
-                "n_points": self.n_points,
-                "identified": self.identified,
-            }
-        )
-
 
 @dataclass(frozen=True)
-class LRLaw:
+class LRLaw(Record):
     """η*(B) = c·B^α fitted on batch sizes ≤ ``b_max``, rule comparisons, saturating form.
 
     ``alpha_ci`` is a t-interval (NaN with two points); ``closest_rule`` names the rule
@@ -249,8 +202,8 @@ class LRLaw:
     alpha: float
     alpha_ci: tuple[float, float]
     alpha_stderr: float
-    b_max: float | None
-    batch_sizes: tuple[float, ...]
+    b_max: float | None = field(metadata=BATCH)
+    batch_sizes: tuple[float, ...] = field(metadata=BATCH)
     lr_opt: tuple[float, ...]
     residuals: tuple[float, ...]
     n_points: int
@@ -262,22 +215,9 @@ class LRLaw:
         """c·B^α at the given batch sizes."""
         return self.c * np.power(floats(batch, "batch"), self.alpha)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "c": jsonable(self.c),
-            "alpha": jsonable(self.alpha),
-            "alpha_ci": jsonable(self.alpha_ci),
-            "alpha_stderr": jsonable(self.alpha_stderr),
-            "b_max": batch_json(self.b_max),
-            "batch_sizes": [batch_json(b) for b in self.batch_sizes],
-            "lr_opt": jsonable(self.lr_opt),
-            "residuals": jsonable(self.residuals),
-            "n_points": self.n_points,
-            "rules": {r.name: r.to_dict() for r in self.rules},
-            "closest_rule": self.closest_rule,
-            "saturating": None if self.saturating is None else self.saturating.to_dict(),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The rule comparisons by name."""
+        return fields | {"rules": {r.name: r for r in self.rules}}
 
 
 def _fit_saturating(x: np.ndarray, y: np.ndarray) -> SaturatingFit:

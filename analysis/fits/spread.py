@@ -4,27 +4,23 @@ measured along training (McCandlish et al. 2018's B_simple) summarised per batch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from stepscale.analysis.fits.arrays import (
-    batch_json,
-    floats,
-    jsonable,
-    positive_batches,
-)
+from stepscale.analysis.fits.arrays import floats, positive_batches
+from stepscale.analysis.fits.records import OMIT, Record, as_json, columns_to_rows
 
 # ------------------------------------------------------------------------ small helpers
 
 
 @dataclass(frozen=True)
-class SeedSpread:
+class SeedSpread(Record):
     """Steps to target across confirm seeds, per batch size (statistics over reached runs)."""
 
-    batch_sizes: tuple[float, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=as_json("batch", batch=True))
     n: tuple[int, ...]
     n_reached: tuple[int, ...]
     mean: tuple[float, ...]
@@ -33,33 +29,11 @@ class SeedSpread:
     max: tuple[float, ...]
     # each seed's steps per batch size (NaN: not reached), for tests between studies
     # (analysis.claims): the interpolated crossings where the analysis has them
-    values: tuple[tuple[float, ...], ...] = ()
+    values: tuple[tuple[float, ...], ...] = field(default=(), metadata=OMIT)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: one entry per batch size."""
-        return {
-            "batch_sizes": [
-                {
-                    "batch": batch_json(b),
-                    "n": n,
-                    "n_reached": nr,
-                    "mean": jsonable(mu),
-                    "std": jsonable(sd),
-                    "min": jsonable(lo),
-                    "max": jsonable(hi),
-                }
-                for b, n, nr, mu, sd, lo, hi in zip(
-                    self.batch_sizes,
-                    self.n,
-                    self.n_reached,
-                    self.mean,
-                    self.std,
-                    self.min,
-                    self.max,
-                    strict=True,
-                )
-            ]
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One entry per batch size."""
+        return {"batch_sizes": columns_to_rows(fields)}
 
 
 def spread_over_seeds(
@@ -104,7 +78,7 @@ def spread_over_seeds(
 
 
 @dataclass(frozen=True)
-class NoiseScaleSummary:
+class NoiseScaleSummary(Record):
     """Summary of the gradient noise scale B_simple over the late part of training."""
 
     median: float
@@ -112,18 +86,6 @@ class NoiseScaleSummary:
     q75: float
     n: int
     from_step: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "median": self.median,
-                "q25": self.q25,
-                "q75": self.q75,
-                "n": self.n,
-                "from_step": self.from_step,
-            }
-        )
 
 
 def noise_scale_summary(
