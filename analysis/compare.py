@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,49 +194,73 @@ def comparison(
     return Comparison(units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes))
 
 
+# What one study draws in an overlay: points (x, y) and their label, the fitted line
+# (x, y; empty when not determined) and the legend note saying so.
+_Drawn = tuple[tuple[float, ...], tuple[float, ...], str, tuple[float, ...], tuple[float, ...], str]
+
+
 def draw_steps(rec: Comparison) -> Any:
     """Steps to each study's target vs batch size, one colour per study, fits solid."""
-    from stepscale.analysis.figures import style
 
-    fig, axes = style.figure(height=4.6)
-    ax = axes[0][0]
-    for i, s in enumerate(rec.series):
-        c = style.color(i)
+    def drawn(s: ComparedSeries) -> _Drawn:
         tgt = f" (L < {s.target:g})" if s.target is not None else ""
-        ax.plot(s.batch, s.steps, "o", color=c, label=f"{s.label}{tgt}")
-        if s.fit_steps:
-            ax.plot(s.fit_grid, s.fit_steps, "-", color=c, lw=1.3)
-        elif s.batch:
-            ax.plot([], [], " ", label=f"{s.label}: S(B) fit {NOT_DETERMINED}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel(style.batch_label(rec.batch_unit))
-    ax.set_ylabel("steps to each study's target (steps)")
-    ax.set_title("S(B) of each study (lines: determined fits)")
-    style.legend(fig, ax, True)
-    return fig
+        note = f"{s.label}: S(B) fit {NOT_DETERMINED}"
+        return s.batch, s.steps, f"{s.label}{tgt}", s.fit_grid, s.fit_steps, note
+
+    return _overlay(
+        rec,
+        drawn,
+        "steps to each study's target (steps)",
+        "S(B) of each study (lines: determined fits)",
+    )
 
 
 def draw_lr(rec: Comparison) -> Any:
     """Optimal LR vs batch size, one colour per study, laws solid where determined."""
+
+    def drawn(s: ComparedSeries) -> _Drawn | None:
+        if not s.lr_batch:
+            return None
+        note = f"{s.label}: η*(B) law {NOT_DETERMINED}"
+        return s.lr_batch, s.lr_opt, s.label, s.law_grid, s.law_lr, note
+
+    return _overlay(
+        rec,
+        drawn,
+        "optimal peak learning rate η*",
+        "η*(B) of each study (lines: determined laws)",
+    )
+
+
+def _overlay(
+    rec: Comparison,
+    drawn: Callable[[ComparedSeries], _Drawn | None],
+    ylabel: str,
+    title: str,
+) -> Any:
+    """One log–log panel against batch size, a colour per study: its points, and its line
+    where determined (else a legend note saying it is not; nothing for a study ``drawn``
+    skips or with no points)."""
     from stepscale.analysis.figures import style
 
     fig, axes = style.figure(height=4.6)
     ax = axes[0][0]
     for i, s in enumerate(rec.series):
-        c = style.color(i)
-        if not s.lr_batch:
+        got = drawn(s)
+        if got is None:
             continue
-        ax.plot(s.lr_batch, s.lr_opt, "o", color=c, label=s.label)
-        if s.law_lr:
-            ax.plot(s.law_grid, s.law_lr, "-", color=c, lw=1.3)
-        else:
-            ax.plot([], [], " ", label=f"{s.label}: η*(B) law {NOT_DETERMINED}")
+        x, y, label, line_x, line_y, note = got
+        c = style.color(i)
+        ax.plot(x, y, "o", color=c, label=label)
+        if line_y:
+            ax.plot(line_x, line_y, "-", color=c, lw=1.3)
+        elif x:
+            ax.plot([], [], " ", label=note)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(style.batch_label(rec.batch_unit))
-    ax.set_ylabel("optimal peak learning rate η*")
-    ax.set_title("η*(B) of each study (lines: determined laws)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     style.legend(fig, ax, True)
     return fig
 

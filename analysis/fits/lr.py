@@ -21,7 +21,7 @@ from scipy.optimize import least_squares
 from scipy.special import expit
 
 from stepscale.analysis.fits.arrays import batch_json, floats, positive_batches, softplus
-from stepscale.analysis.fits.records import BATCH, Record, as_json, columns_to_rows
+from stepscale.analysis.fits.records import BATCH, Record, as_json, columns_to_rows, rows_to_record
 
 __all__ = [
     "LRLaw",
@@ -123,14 +123,14 @@ def optimal_lr(
     if n_near is not None and n_near < 3:
         raise ValueError(f"n_near must be at least 3, got {n_near}")
 
-    out: dict[str, list[Any]] = {k: [] for k in ("b", "lr", "obj", "blr", "bobj", "edge", "m", "n")}
+    rows: list[dict[str, Any]] = []
     for size in np.unique(b):
-        rows = b == size
-        x_all = np.log(lr_a[rows])
-        fin = np.isfinite(obj[rows])
+        at = b == size
+        x_all = np.log(lr_a[at])
+        fin = np.isfinite(obj[at])
         if not fin.any():
             raise ValueError(f"batch size {batch_json(size)}: no trial has a finite objective")
-        x, f = x_all[fin], obj[rows][fin]
+        x, f = x_all[fin], obj[at][fin]
         i_best = int(np.argmin(f))
         quad = _local_quadratic(x, f, n_near)
         lo, hi = float(x_all.min()), float(x_all.max())
@@ -144,24 +144,19 @@ def optimal_lr(
             blo, bhi = math.log(bnd[0]), math.log(bnd[1])
             tol = _EDGE_TOLERANCE * (bhi - blo)
             edge = edge or v - blo <= tol or bhi - v <= tol
-        out["b"].append(float(size))
-        out["lr"].append(math.exp(v))
-        out["obj"].append(fv)
-        out["blr"].append(float(math.exp(x[i_best])))
-        out["bobj"].append(float(f[i_best]))
-        out["edge"].append(edge)
-        out["m"].append(method)
-        out["n"].append(int(rows.sum()))
-    return OptimalLR(
-        batch_sizes=tuple(out["b"]),
-        lr_opt=tuple(out["lr"]),
-        objective_opt=tuple(out["obj"]),
-        best_lr=tuple(out["blr"]),
-        best_objective=tuple(out["bobj"]),
-        at_edge=tuple(out["edge"]),
-        method=tuple(out["m"]),
-        n_trials=tuple(out["n"]),
-    )
+        rows.append(
+            {
+                "batch_sizes": float(size),
+                "lr_opt": math.exp(v),
+                "objective_opt": fv,
+                "best_lr": float(math.exp(x[i_best])),
+                "best_objective": float(f[i_best]),
+                "at_edge": edge,
+                "method": method,
+                "n_trials": int(at.sum()),
+            }
+        )
+    return rows_to_record(OptimalLR, rows)
 
 
 @dataclass(frozen=True)

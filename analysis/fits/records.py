@@ -22,7 +22,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,7 +37,10 @@ __all__ = [
     "insert_before",
     "json_ready",
     "record_dict",
+    "rows_to_record",
 ]
+
+R = TypeVar("R")
 
 _META = "stepscale.json"  # the key of a field's metadata this module reads
 
@@ -144,3 +147,9 @@ def columns_to_rows(columns: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]
     order."""
     names = list(columns)
     return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+
+
+def rows_to_record(cls: type[R], rows: Sequence[Mapping[str, Any]]) -> R:
+    """A record of columns (every field a tuple, one entry per row) from its rows, each a
+    mapping field → value: the inverse of :func:`columns_to_rows`."""
+    return cls(**{f.name: tuple(r[f.name] for r in rows) for f in dataclasses.fields(cls)})

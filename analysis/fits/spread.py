@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from stepscale.analysis.fits.arrays import floats, positive_batches
-from stepscale.analysis.fits.records import OMIT, Record, as_json, columns_to_rows
+from stepscale.analysis.fits.records import OMIT, Record, as_json, columns_to_rows, rows_to_record
 
 # ------------------------------------------------------------------------ small helpers
 
@@ -51,30 +51,25 @@ def spread_over_seeds(
     if b.shape != s.shape:
         raise ValueError(f"batch and steps differ in length: {b.size} vs {s.size}")
     positive_batches(b)
-    sizes = np.unique(b)
-    cols: dict[str, list[Any]] = {k: [] for k in ("n", "nr", "mean", "std", "min", "max", "values")}
-    for size in sizes:
+    out: list[dict[str, Any]] = []
+    for size in np.unique(b):
         rows = s[b == size]
         ok = rows[np.isfinite(rows)]
-        cols["n"].append(int(rows.size))
-        cols["nr"].append(int(ok.size))
-        cols["mean"].append(float(ok.mean()) if ok.size else math.nan)
-        cols["std"].append(float(ok.std(ddof=1)) if ok.size >= 2 else math.nan)
-        cols["min"].append(float(ok.min()) if ok.size else math.nan)
-        cols["max"].append(float(ok.max()) if ok.size else math.nan)
-        cols["values"].append(
-            tuple(float(v) if math.isfinite(v) else math.nan for v in kept[b == size])
+        out.append(
+            {
+                "batch_sizes": float(size),
+                "n": int(rows.size),
+                "n_reached": int(ok.size),
+                "mean": float(ok.mean()) if ok.size else math.nan,
+                "std": float(ok.std(ddof=1)) if ok.size >= 2 else math.nan,
+                "min": float(ok.min()) if ok.size else math.nan,
+                "max": float(ok.max()) if ok.size else math.nan,
+                "values": tuple(
+                    float(v) if math.isfinite(v) else math.nan for v in kept[b == size]
+                ),
+            }
         )
-    return SeedSpread(
-        batch_sizes=tuple(float(v) for v in sizes),
-        n=tuple(cols["n"]),
-        n_reached=tuple(cols["nr"]),
-        mean=tuple(cols["mean"]),
-        std=tuple(cols["std"]),
-        min=tuple(cols["min"]),
-        max=tuple(cols["max"]),
-        values=tuple(cols["values"]),
-    )
+    return rows_to_record(SeedSpread, out)
 
 
 @dataclass(frozen=True)
