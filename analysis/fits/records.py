@@ -127,13 +127,16 @@ class Record:
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The record's JSON from its fields' (keys as their metadata gives, values not yet
-        JSON-ready): derived keys, rows, an order of its own. The fields' as they are here."""
+        JSON-ready): where a subclass adds derived keys, rows or an order of its own. By
+        default the fields' dict as it is."""
         return fields
 
 
 def insert_before(d: Mapping[str, Any], key: str, items: Mapping[str, Any]) -> dict[str, Any]:
     """``d`` with ``items`` placed just before ``key`` (a derived key where the JSON has
-    always had it)."""
+    always had it); KeyError when ``d`` has no ``key``."""
+    if key not in d:
+        raise KeyError(key)
     out: dict[str, Any] = {}
     for k, v in d.items():
         if k == key:
