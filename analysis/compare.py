@@ -26,9 +26,12 @@ import numpy as np
 
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim, claim_level
+from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.fits.records import OMIT, Record, as_json
+from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
+    Determination,
     headline,
     lr_law_determination,
     sig,
@@ -82,6 +85,18 @@ class Comparison(Record):
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Each claim with the batch size it was tested at."""
         return fields | {"claims": [{"batch": b, **c.to_dict()} for b, c in self.claims]}
+
+
+def _curve(
+    fit: StepsFit | LRLaw | None, det: Determination | None, grid: np.ndarray, missing: str
+) -> tuple[tuple[float, ...], str]:
+    """A fit's curve on ``grid`` when it is determined (else none: no line is drawn for
+    it), and why not ("" when drawn; ``missing`` without a fit)."""
+    if fit is None or det is None:
+        return (), missing
+    if not det.determined:
+        return (), det.reason
+    return tuple(fit.predict(grid).tolist()), ""
 
 
 def _grid(values: Sequence[float]) -> np.ndarray:
@@ -151,28 +166,21 @@ def comparison(
             steps = res.steps if res is not None else ()
             fit = g.fit_at(a.target)
             grid = _grid(batch)
-            fit_steps: tuple[float, ...] = ()
-            fit_note = "no S(B) fit"
-            if fit is not None:
-                det = steps_fit_determination(fit)
-                fit_note = "" if det.determined else det.reason
-                if det.determined:
-                    fit_steps = tuple(fit.predict(grid).tolist())
+            fit_det = None if fit is None else steps_fit_determination(fit)
+            fit_steps, fit_note = _curve(fit, fit_det, grid, "no S(B) fit")
             o, law = g.optimal_lr, g.lr_law
             lr_b = o.batch_sizes if o is not None else ()
             lr_grid = _grid(lr_b)
-            law_lr: tuple[float, ...] = ()
-            law_note = "no η*(B) law"
+            law_det = None if law is None else lr_law_determination(law)
+            law_lr, law_note = _curve(law, law_det, lr_grid, "no η*(B) law")
             law_text = "—"
-            if law is not None:
-                det = lr_law_determination(law)
-                law_note = "" if det.determined else det.reason
-                if det.determined:
-                    law_lr = tuple(law.predict(lr_grid).tolist())
-                    lo, hi = law.alpha_ci
-                    law_text = f"α = {sig(law.alpha)} [{sig(lo)}, {sig(hi)}]"
-                else:
-                    law_text = f"{NOT_DETERMINED} ({det.reason})"
+            if law is not None and law_det is not None:
+                lo, hi = law.alpha_ci
+                law_text = (
+                    f"α = {sig(law.alpha)} [{sig(lo)}, {sig(hi)}]"
+                    if law_det.determined
+                    else f"{NOT_DETERMINED} ({law_det.reason})"
+                )
             series.append(
                 ComparedSeries(
                     name,
