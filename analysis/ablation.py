@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim
+from stepscale.analysis.fits.arrays import batch_json
+from stepscale.analysis.fits.records import BATCH, Record
 
 __all__ = [
     "AblationRow",
@@ -34,18 +36,8 @@ __all__ = [
 ]
 
 
-def _clean(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-def _batch(b: float) -> int | float | None:
-    if not math.isfinite(b):
-        return None
-    return int(b) if float(b).is_integer() else float(b)
-
-
 @dataclass(frozen=True)
-class VariantBest:
+class VariantBest(Record):
     """One variant at one batch size."""
 
     variant: str
@@ -54,25 +46,15 @@ class VariantBest:
     ci: tuple[float, float]
     best_trial: str
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "variant": self.variant,
-            "n_trials": self.n_trials,
-            "best": _clean(self.best),
-            "ci": [_clean(self.ci[0]), _clean(self.ci[1])],
-            "best_trial": self.best_trial,
-        }
-
 
 @dataclass(frozen=True)
-class AblationRow:
+class AblationRow(Record):
     """All variants at one batch size (NaN when the study has no batch axis).
 
     ``p_beats`` holds (a, b, P(best of a < best of b)) for every ordered pair a before b.
     """
 
-    batch: float
+    batch: float = field(metadata=BATCH)
     variants: tuple[VariantBest, ...]
     p_beats: tuple[tuple[str, str, float], ...]
     equal_budget: bool
@@ -81,20 +63,13 @@ class AblationRow:
     # each other one (`confirm_claims`)
     claims: tuple[Claim, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "batch": _batch(self.batch),
-            "variants": [v.to_dict() for v in self.variants],
-            "p_beats": [{"a": a, "b": b, "p": _clean(p)} for a, b, p in self.p_beats],
-            "equal_budget": self.equal_budget,
-            "warning": self.warning,
-            "claims": [c.to_dict() for c in self.claims],
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The pairs as rows (a, b, p)."""
+        return fields | {"p_beats": [{"a": a, "b": b, "p": p} for a, b, p in self.p_beats]}
 
 
 @dataclass(frozen=True)
-class AblationTable:
+class AblationTable(Record):
     """Variants of ``axis`` compared at every batch size."""
 
     axis: str
@@ -108,16 +83,9 @@ class AblationTable:
         """The budget warnings of all rows."""
         return tuple(r.warning for r in self.rows if r.warning)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "axis": self.axis,
-            "rows": [r.to_dict() for r in self.rows],
-            "confidence": self.confidence,
-            "n_boot": self.n_boot,
-            "seed": self.seed,
-            "warnings": list(self.warnings),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """With the budget warnings of all rows."""
+        return fields | {"warnings": self.warnings}
 
 
 def _boot_min(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -184,7 +152,7 @@ def ablation_table(
         equal = len(set(counts.values())) <= 1
         warning = None
         if not equal:
-            where = "" if math.isnan(size) else f"batch size {_batch(size)}: "
+            where = "" if math.isnan(size) else f"batch size {batch_json(size)}: "
             warning = (
                 f"{where}the variants did not get the same tuning budget ("
                 + ", ".join(f"{k}: {n} trials" for k, n in counts.items())

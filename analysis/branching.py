@@ -26,11 +26,12 @@ import itertools
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stepscale import files, rundir
+from stepscale.analysis.fits.records import Record
 
 ABOVE, BELOW = "above", "below"
 
@@ -70,7 +71,7 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(Record):
     """One `sweep branch` measurement: the base trial and B_crit at each step."""
 
     base: str
@@ -81,10 +82,6 @@ class Measurement:
     steps: tuple[StepResult, ...]
     # the base's B_simple as (step, examples, value), when it logged one
     noise_scale: tuple[tuple[int, int, float], ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return _finite(asdict(self))
 
 
 # ------------------------------------------------------------------- the rule
@@ -282,17 +279,6 @@ def _judge(
         ratio=ratio,
         keeps_up=keeps_up(ratio, tolerance),
     )
-
-
-def _finite(obj: Any) -> Any:
-    """Non-finite floats → None (strict JSON)."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def summary(run_dir: str | Path, base: str | None = None) -> dict[str, Any]:

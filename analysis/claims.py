@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from stepscale.analysis.fits.records import OMIT, Record
 
 DEFAULT_LEVEL = 0.01
 POWER = 0.8  # of the seeds-needed estimate
@@ -97,7 +99,7 @@ def seeds_needed(
 
 
 @dataclass(frozen=True)
-class Claim:
+class Claim(Record):
     """ "``a`` reaches the target in fewer ``what`` than ``b``", tested."""
 
     a: str
@@ -107,10 +109,11 @@ class Claim:
     level: float
     n_a: int  # seeds that reached the target
     n_b: int
-    seeds_a: int  # seeds run
-    seeds_b: int
-    test: WelchTest | None
-    needed: int | None  # seeds per arm that would show a difference this size
+    seeds_a: int = field(metadata=OMIT)  # seeds run
+    seeds_b: int = field(metadata=OMIT)
+    test: WelchTest | None = field(metadata=OMIT)
+    # seeds per arm that would show a difference this size
+    needed: int | None = field(metadata=OMIT)
 
     @property
     def shown(self) -> bool:
@@ -159,18 +162,13 @@ class Claim:
             out += f"; about {self.needed} seeds per arm would show a difference this size"
         return out + "."
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The claim in one line, its arms and seeds, the test's numbers (null when not
+        tested), the verdict and its sentence."""
         t = self.test
         return {
             "claim": f"{self.a} < {self.b} in {self.what}",
-            "a": self.a,
-            "b": self.b,
-            "what": self.what,
-            "unit": self.unit,
-            "level": self.level,
-            "n_a": self.n_a,
-            "n_b": self.n_b,
+            **fields,
             "diff": None if t is None else t.diff,
             "interval": None if t is None else [t.lo, t.hi],
             "p": None if t is None else t.p_less,

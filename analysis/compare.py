@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,12 @@ import numpy as np
 
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim, claim_level
-from stepscale.analysis.fits.arrays import jsonable
+from stepscale.analysis.fits.lr import LRLaw
+from stepscale.analysis.fits.records import OMIT, Record, as_json
+from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
+    Determination,
     headline,
     lr_law_determination,
     sig,
@@ -67,25 +70,33 @@ class ComparedSeries:
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """The overlay of several studies; ``rows`` is the table of their answers."""
+class Comparison(Record):
+    """The overlay of several studies; ``rows`` is the table of their answers (its JSON:
+    comparison.json)."""
 
     batch_unit: str
     series: tuple[ComparedSeries, ...]
-    rows: tuple[tuple[str, ...], ...]
+    rows: tuple[tuple[str, ...], ...] = field(metadata=as_json("answers"))
     # "the first study reaches the target in fewer steps than each other one", per batch
     # size both ran confirm seeds at, to the same target (analysis.claims)
     claims: tuple[tuple[float, Claim], ...] = ()
-    claim_notes: tuple[str, ...] = ()
+    claim_notes: tuple[str, ...] = field(default=(), metadata=OMIT)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (comparison.json)."""
-        return {
-            "batch_unit": self.batch_unit,
-            "series": [jsonable(s.__dict__) for s in self.series],
-            "answers": [list(r) for r in self.rows],
-            "claims": [jsonable({"batch": b, **c.to_dict()}) for b, c in self.claims],
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Each claim with the batch size it was tested at."""
+        return fields | {"claims": [{"batch": b, **c.to_dict()} for b, c in self.claims]}
+
+
+def _curve(
+    fit: StepsFit | LRLaw | None, det: Determination | None, grid: np.ndarray, missing: str
+) -> tuple[tuple[float, ...], str]:
+    """A fit's curve on ``grid`` when it is determined (else none: no line is drawn for
+    it), and why not ("" when drawn; ``missing`` without a fit)."""
+    if fit is None or det is None:
+        return (), missing
+    if not det.determined:
+        return (), det.reason
+    return tuple(fit.predict(grid).tolist()), ""
 
 
 def _grid(values: Sequence[float]) -> np.ndarray:
@@ -155,28 +166,21 @@ def comparison(
             steps = res.steps if res is not None else ()
             fit = g.fit_at(a.target)
             grid = _grid(batch)
-            fit_steps: tuple[float, ...] = ()
-            fit_note = "no S(B) fit"
-            if fit is not None:
-                det = steps_fit_determination(fit)
-                fit_note = "" if det.determined else det.reason
-                if det.determined:
-                    fit_steps = tuple(fit.predict(grid).tolist())
+            fit_det = None if fit is None else steps_fit_determination(fit)
+            fit_steps, fit_note = _curve(fit, fit_det, grid, "no S(B) fit")
             o, law = g.optimal_lr, g.lr_law
             lr_b = o.batch_sizes if o is not None else ()
             lr_grid = _grid(lr_b)
-            law_lr: tuple[float, ...] = ()
-            law_note = "no η*(B) law"
+            law_det = None if law is None else lr_law_determination(law)
+            law_lr, law_note = _curve(law, law_det, lr_grid, "no η*(B) law")
             law_text = "—"
-            if law is not None:
-                det = lr_law_determination(law)
-                law_note = "" if det.determined else det.reason
-                if det.determined:
-                    law_lr = tuple(law.predict(lr_grid).tolist())
-                    lo, hi = law.alpha_ci
-                    law_text = f"α = {sig(law.alpha)} [{sig(lo)}, {sig(hi)}]"
-                else:
-                    law_text = f"{NOT_DETERMINED} ({det.reason})"
+            if law is not None and law_det is not None:
+                lo, hi = law.alpha_ci
+                law_text = (
+                    f"α = {sig(law.alpha)} [{sig(lo)}, {sig(hi)}]"
+                    if law_det.determined
+                    else f"{NOT_DETERMINED} ({law_det.reason})"
+                )
             series.append(
                 ComparedSeries(
                     name,
@@ -198,49 +202,73 @@ def comparison(
     return Comparison(units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes))
 
 
+# What one study draws in an overlay: points (x, y) and their label, the fitted line
+# (x, y; empty when not determined) and the legend note saying so.
+_Drawn = tuple[tuple[float, ...], tuple[float, ...], str, tuple[float, ...], tuple[float, ...], str]
+
+
 def draw_steps(rec: Comparison) -> Any:
     """Steps to each study's target vs batch size, one colour per study, fits solid."""
-    from stepscale.analysis.figures import style
 
-    fig, axes = style.figure(height=4.6)
-    ax = axes[0][0]
-    for i, s in enumerate(rec.series):
-        c = style.color(i)
+    def drawn(s: ComparedSeries) -> _Drawn:
         tgt = f" (L < {s.target:g})" if s.target is not None else ""
-        ax.plot(s.batch, s.steps, "o", color=c, label=f"{s.label}{tgt}")
-        if s.fit_steps:
-            ax.plot(s.fit_grid, s.fit_steps, "-", color=c, lw=1.3)
-        elif s.batch:
-            ax.plot([], [], " ", label=f"{s.label}: S(B) fit {NOT_DETERMINED}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel(style.batch_label(rec.batch_unit))
-    ax.set_ylabel("steps to each study's target (steps)")
-    ax.set_title("S(B) of each study (lines: determined fits)")
-    style.legend(fig, ax, True)
-    return fig
+        note = f"{s.label}: S(B) fit {NOT_DETERMINED}"
+        return s.batch, s.steps, f"{s.label}{tgt}", s.fit_grid, s.fit_steps, note
+
+    return _overlay(
+        rec,
+        drawn,
+        "steps to each study's target (steps)",
+        "S(B) of each study (lines: determined fits)",
+    )
 
 
 def draw_lr(rec: Comparison) -> Any:
     """Optimal LR vs batch size, one colour per study, laws solid where determined."""
+
+    def drawn(s: ComparedSeries) -> _Drawn | None:
+        if not s.lr_batch:
+            return None
+        note = f"{s.label}: η*(B) law {NOT_DETERMINED}"
+        return s.lr_batch, s.lr_opt, s.label, s.law_grid, s.law_lr, note
+
+    return _overlay(
+        rec,
+        drawn,
+        "optimal peak learning rate η*",
+        "η*(B) of each study (lines: determined laws)",
+    )
+
+
+def _overlay(
+    rec: Comparison,
+    drawn: Callable[[ComparedSeries], _Drawn | None],
+    ylabel: str,
+    title: str,
+) -> Any:
+    """One log–log panel against batch size, a colour per study: its points, and its line
+    where determined (else a legend note saying it is not; nothing for a study ``drawn``
+    skips or with no points)."""
     from stepscale.analysis.figures import style
 
     fig, axes = style.figure(height=4.6)
     ax = axes[0][0]
     for i, s in enumerate(rec.series):
-        c = style.color(i)
-        if not s.lr_batch:
+        got = drawn(s)
+        if got is None:
             continue
-        ax.plot(s.lr_batch, s.lr_opt, "o", color=c, label=s.label)
-        if s.law_lr:
-            ax.plot(s.law_grid, s.law_lr, "-", color=c, lw=1.3)
-        else:
-            ax.plot([], [], " ", label=f"{s.label}: η*(B) law {NOT_DETERMINED}")
+        x, y, label, line_x, line_y, note = got
+        c = style.color(i)
+        ax.plot(x, y, "o", color=c, label=label)
+        if line_y:
+            ax.plot(line_x, line_y, "-", color=c, lw=1.3)
+        elif x:
+            ax.plot([], [], " ", label=note)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(style.batch_label(rec.batch_unit))
-    ax.set_ylabel("optimal peak learning rate η*")
-    ax.set_title("η*(B) of each study (lines: determined laws)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     style.legend(fig, ax, True)
     return fig
 

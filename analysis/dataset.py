@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from stepscale.analysis.fits.records import OMIT, Record, as_json
 from stepscale.analysis.fits.targets import CurveSteps, steps_at_target
 from stepscale.analysis.load import FINAL_STATES, parameters
 from stepscale.rundir import (
@@ -60,18 +61,20 @@ SEQ_LEN_PATH = "data.seq_len"
 
 @dataclass(frozen=True)
 class Axis:
-    """A parameter of the study: alias, coordinate name in the Dataset, trainer path."""
+    """A parameter of the study: alias, coordinate name in the Dataset, trainer path (its
+    JSON: name and path)."""
 
     name: str
-    coord: str
+    coord: str = field(metadata=OMIT)
     path: str
-    role: str
-    categorical: bool
-    quantity: str | None = None  # batch_size | learning_rate | seq_len (stepscale.rundir)
+    role: str = field(metadata=OMIT)
+    categorical: bool = field(metadata=OMIT)
+    # batch_size | learning_rate | seq_len (stepscale.rundir)
+    quantity: str | None = field(default=None, metadata=OMIT)
 
 
 @dataclass(frozen=True)
-class StudyAxes:
+class StudyAxes(Record):
     """The axes the fits need, each None when the study does not have it."""
 
     scientific: tuple[Axis, ...]
@@ -79,24 +82,8 @@ class StudyAxes:
     lr: Axis | None
     seq_len: Axis | None
     x: Axis | None
-    group_axes: tuple[Axis, ...]
+    group_axes: tuple[Axis, ...] = field(metadata=as_json("groups"))
     variant: Axis | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: each axis as {name, path} or null."""
-
-        def one(a: Axis | None) -> dict[str, str] | None:
-            return None if a is None else {"name": a.name, "path": a.path}
-
-        return {
-            "scientific": [one(a) for a in self.scientific],
-            "batch": one(self.batch),
-            "lr": one(self.lr),
-            "seq_len": one(self.seq_len),
-            "x": one(self.x),
-            "groups": [one(a) for a in self.group_axes],
-            "variant": one(self.variant),
-        }
 
 
 def study_axes(ds: xr.Dataset) -> StudyAxes:
@@ -325,7 +312,7 @@ def best_trials(ds: xr.Dataset) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class PointRow:
+class PointRow(Record):
     """One scientific point at the primary target (NaN/"" where not applicable)."""
 
     point: str
@@ -349,17 +336,9 @@ class PointRow:
     flops_spent: float
     wall_s_spent: float
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (non-finite numbers → null)."""
-        out: dict[str, Any] = {}
-        for k, v in self.__dict__.items():
-            if isinstance(v, float):
-                out[k] = v if math.isfinite(v) else None
-            elif isinstance(v, Mapping):
-                out[k] = dict(sorted(v.items()))
-            else:
-                out[k] = v
-        return out
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The states by name."""
+        return fields | {"states": dict(sorted(self.states.items()))}
 
 
 def _at_step(ds: xr.Dataset, var: str, i: int, step: float) -> float:

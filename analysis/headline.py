@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.fits.lr import LRLaw
+from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
 from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
@@ -173,7 +173,7 @@ def saturating_determination(law: LRLaw, batch_sizes: Sequence[float] = ()) -> D
 
 
 @dataclass(frozen=True)
-class GroupHeadline:
+class GroupHeadline(Record):
     """The answer of one group of trials (``all`` when there is one group).
 
     ``value``/``ci`` are B_crit and its interval (kind ``b_crit``), or the lowest best
@@ -185,7 +185,7 @@ class GroupHeadline:
     ci: tuple[float, float]
     n_points: int
     n_trials: int
-    determination: Determination
+    determination: Determination = field(metadata=OMIT)
     best_point: str = ""
     per_point: tuple[tuple[str, float], ...] = ()
     warnings: tuple[str, ...] = ()
@@ -193,38 +193,34 @@ class GroupHeadline:
     # (target, B_crit, low, high), hardest target first
     at_targets: tuple[tuple[float, float, float, float], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "group": self.group,
-            "value": jsonable(self.value),
-            "ci": jsonable(self.ci),
-            "n_points": self.n_points,
-            "n_trials": self.n_trials,
-            "determined": self.determination.determined,
-            "reason": self.determination.reason or None,
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Determined and why not before the best point (empty texts as null); the per-point
+        and per-target answers as rows."""
+        det = self.determination
+        fields = insert_before(
+            fields, "best_point", {"determined": det.determined, "reason": det.reason or None}
+        )
+        return fields | {
             "best_point": self.best_point or None,
-            "per_point": [{"point": p, "best": jsonable(v)} for p, v in self.per_point],
-            "warnings": list(self.warnings),
+            "per_point": [{"point": p, "best": v} for p, v in self.per_point],
             "at_targets": [
-                {"target": t, "b_crit": jsonable(v), "ci": jsonable((lo, hi))}
-                for t, v, lo, hi in self.at_targets
+                {"target": t, "b_crit": v, "ci": (lo, hi)} for t, v, lo, hi in self.at_targets
             ],
         }
 
 
 @dataclass(frozen=True)
-class Headline:
+class Headline(Record):
     """The study's answer: ``kind`` is ``b_crit`` or ``objective``."""
 
     study: str
     kind: str
     target: float | None
     batch_unit: str
-    objective_kind: str
+    objective_kind: str = field(metadata=as_json("objective"))
     partial: bool
     groups: tuple[GroupHeadline, ...]
-    learning: Verdict = field(default_factory=lambda: Verdict(()))
+    learning: Verdict = field(default_factory=lambda: Verdict(()), metadata=OMIT)
 
     @property
     def trained(self) -> bool:
@@ -291,23 +287,17 @@ class Headline:
             out.append(self.learning.line())
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "study": self.study,
-            "kind": self.kind,
-            "target": jsonable(self.target),
-            "batch_unit": self.batch_unit,
-            "objective": self.objective_kind,
-            "partial": self.partial,
-            "determined": self.determined,
-            "trained": self.learning.to_dict(),
-            "groups": [g.to_dict() for g in self.groups],
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Determined and the verdict before the groups; the rules of "determined" last."""
+        fields = insert_before(
+            fields, "groups", {"determined": self.determined, "trained": self.learning}
+        )
+        return fields | {
             "rules": {
                 "min_points": MIN_POINTS,
                 "max_ci_factor": MAX_CI_FACTOR,
                 "max_exponent_width": MAX_EXPONENT_WIDTH,
-            },
+            }
         }
 
 

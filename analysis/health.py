@@ -19,13 +19,14 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from stepscale.analysis.fits.arrays import batch_json
+from stepscale.analysis.fits.records import Record, as_json
 from stepscale.analysis.replay import ReplayResult
 from stepscale.analysis.study import StudyAnalysis
 
@@ -37,16 +38,12 @@ PRECISION = 0.15  # median |B_crit / B_crit,full − 1| the trials-per-point che
 
 
 @dataclass(frozen=True)
-class HealthCheck:
+class HealthCheck(Record):
     """One check: its name, whether it passed, and what it found."""
 
-    name: str
+    name: str = field(metadata=as_json("check"))
     ok: bool
     message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"check": self.name, "ok": self.ok, "message": self.message}
 
 
 def _position(value: float, low: float, high: float, scale: str | None) -> float:

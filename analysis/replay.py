@@ -43,8 +43,9 @@ from stepscale.analysis.dataset import (
     study_axes,
     trial_groups,
 )
-from stepscale.analysis.fits.arrays import batch_json, jsonable
+from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.design import initial_batches, next_batch
+from stepscale.analysis.fits.records import Record, as_json
 from stepscale.analysis.fits.steps import fit_steps
 from stepscale.errors import UsageError
 
@@ -400,7 +401,7 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class ProtocolResult:
+class ProtocolResult(Record):
     """One protocol replayed (``draws`` times when random) in one group."""
 
     protocol: str
@@ -417,8 +418,8 @@ class ProtocolResult:
     batch_sizes: tuple[float, ...]  # of the first draw (adaptive: the ones chosen)
     failure: str | None = None  # why the (first) failed draw could not be fitted
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: medians over draws, with their 10–90% range when random."""
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Medians over draws, with their 10–90% range when random."""
         out: dict[str, Any] = {
             "protocol": self.protocol,
             "group": self.group,
@@ -444,11 +445,11 @@ class ProtocolResult:
                 "s_min": (self.s_min["q10"], self.s_min["q90"]),
             }
             out["batch_sizes_first_draw"] = out.pop("batch_sizes")
-        return jsonable(out)
+        return out
 
 
 @dataclass(frozen=True)
-class ReplayResult:
+class ReplayResult(Record):
     """Every protocol replayed on a study."""
 
     study: str
@@ -456,25 +457,15 @@ class ReplayResult:
     batch_unit: str
     draws: int
     seed: int
-    totals: Mapping[str, Mapping[str, float]]  # group → steps/examples/flops/trials
+    # group → steps/examples/flops/trials
+    totals: Mapping[str, Mapping[str, float]] = field(metadata=as_json("study_compute"))
     reference: Mapping[str, ProtocolResult]  # group → the full study
-    results: tuple[ProtocolResult, ...]
+    results: tuple[ProtocolResult, ...] = field(metadata=as_json("protocols"))
     notes: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (what `sweep replay` prints)."""
-        return {
-            "schema": SCHEMA,
-            "study": self.study,
-            "target": jsonable(self.target),
-            "batch_unit": self.batch_unit,
-            "draws": self.draws,
-            "seed": self.seed,
-            "study_compute": jsonable({g: dict(t) for g, t in self.totals.items()}),
-            "reference": {g: r.to_dict() for g, r in self.reference.items()},
-            "protocols": [r.to_dict() for r in self.results],
-            "notes": list(self.notes),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """What `sweep replay` prints: the schema first."""
+        return {"schema": SCHEMA, **fields}
 
 
 def _replay_one(

@@ -35,8 +35,8 @@ from stepscale.analysis.dataset import (
     StudyAxes,
     TrialSteps,
 )
-from stepscale.analysis.fits.arrays import jsonable
 from stepscale.analysis.fits.lr import LRLaw, OptimalLR
+from stepscale.analysis.fits.records import Record
 from stepscale.analysis.fits.spread import (
     NoiseScaleSummary,
     SeedSpread,
@@ -51,17 +51,13 @@ SCHEMA = "stepscale.fits/v1"
 
 
 @dataclass(frozen=True)
-class FitSettings:
+class FitSettings(Record):
     """Options shared by the fits (the defaults of ``sweep fit steps``)."""
 
     overhead: float = 0.2
     n_boot: int = 1000
     seed: int = 0
     confidence: float = 0.95
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,7 @@ class GroupFits:
 
 
 @dataclass(frozen=True)
-class StudyAnalysis:
+class StudyAnalysis(Record):
     """Everything the report shows, computed from one Dataset."""
 
     study: str
@@ -136,8 +132,9 @@ class StudyAnalysis:
             out += list(self.ablation.warnings)
         return tuple(out)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The content of fits.json (``steps`` has the shape of ``sweep fit steps``)."""
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The content of fits.json (``steps`` has the shape of ``sweep fit steps``): every
+        fit per group, beside the study's targets, points and notes."""
         t = self.target
         steps_groups = []
         for g in self.groups:
@@ -155,32 +152,21 @@ class StudyAnalysis:
             "batch_unit": self.batch_unit,
             "partial": self.partial,
             "objective": {"kind": self.objective_kind},
-            "axes": self.axes.to_dict(),
-            "target": jsonable(t),
-            "targets": jsonable(self.targets),
+            "axes": self.axes,
+            "target": t,
+            "targets": self.targets,
             "automatic_targets": self.auto_targets,
-            "automatic_targets_kept": jsonable([t for t in self.automatic if t in self.targets]),
+            "automatic_targets_kept": [t for t in self.automatic if t in self.targets],
             "dropped_targets": [
-                {"target": jsonable(t), "reason": r} for t, r in sorted(self.dropped.items())
+                {"target": t, "reason": r} for t, r in sorted(self.dropped.items())
             ],
             "stop_at_target": (
-                {"losses": jsonable(self.cut_at), "n_trials": self.n_cut} if self.n_cut else None
+                {"losses": self.cut_at, "n_trials": self.n_cut} if self.n_cut else None
             ),
-            "settings": self.settings.to_dict(),
-            "points": [p.to_dict() for p in self.points],
-            "steps": {
-                "target": jsonable(t),
-                "batch_unit": self.batch_unit,
-                "groups": steps_groups,
-            },
-            "steps_to_result": {
-                "target": jsonable(t),
-                "groups": [
-                    {"group": g.group, **g.result.to_dict()}
-                    for g in self.groups
-                    if g.result is not None
-                ],
-            },
+            "settings": self.settings,
+            "points": self.points,
+            "steps": {"target": t, "batch_unit": self.batch_unit, "groups": steps_groups},
+            "steps_to_result": {"target": t, "groups": self._per_group("result")},
             "bcrit_vs_target": {
                 "groups": [
                     _targets_dict(g, self.automatic)
@@ -188,20 +174,8 @@ class StudyAnalysis:
                     if g.at_targets is not None
                 ]
             },
-            "optimal_lr": {
-                "groups": [
-                    {"group": g.group, **g.optimal_lr.to_dict()}
-                    for g in self.groups
-                    if g.optimal_lr is not None
-                ]
-            },
-            "lr_law": {
-                "groups": [
-                    {"group": g.group, **g.lr_law.to_dict()}
-                    for g in self.groups
-                    if g.lr_law is not None
-                ]
-            },
+            "optimal_lr": {"groups": self._per_group("optimal_lr")},
+            "lr_law": {"groups": self._per_group("lr_law")},
             "noise_scale": {
                 "groups": [
                     {
@@ -214,29 +188,35 @@ class StudyAnalysis:
             },
             "seed_spread": {
                 "quantity": "steps_to_target" if t is not None else "objective",
-                "groups": [
-                    {"group": g.group, **g.seeds.to_dict()}
-                    for g in self.groups
-                    if g.seeds is not None
-                ],
+                "groups": self._per_group("seeds"),
             },
-            "ablation": None if self.ablation is None else self.ablation.to_dict(),
-            "trained": self.learning.to_dict(),
+            "ablation": self.ablation,
+            "trained": self.learning,
             "notes": list(self.notes) + [n for g in self.groups for n in g.notes],
-            "warnings": list(self.warnings),
+            "warnings": self.warnings,
         }
+
+    def _per_group(self, name: str) -> list[dict[str, Any]]:
+        """Each group's record ``name`` (a field of `GroupFits`) with the group's name, for
+        the groups that have one."""
+        return [
+            {"group": g.group, **rec.to_dict()}
+            for g in self.groups
+            if (rec := getattr(g, name)) is not None
+        ]
 
 
 def _targets_dict(g: GroupFits, automatic: Sequence[float]) -> dict[str, Any]:
+    """B_crit at each target of group ``g`` (values made JSON-ready with the record's)."""
     at = g.at_targets
     assert at is not None
     rows = [
         {
-            "target": jsonable(t),
-            "b_crit": jsonable(f.b_crit),
-            "b_crit_ci": jsonable(f.b_crit_ci),
-            "s_min": jsonable(f.s_min),
-            "e_min": jsonable(f.e_min),
+            "target": t,
+            "b_crit": f.b_crit,
+            "b_crit_ci": f.b_crit_ci,
+            "s_min": f.s_min,
+            "e_min": f.e_min,
             "n_points": f.n_points,
             "not_reached": f.to_dict()["not_reached"],
             "automatic": t in automatic,
@@ -249,10 +229,9 @@ def _targets_dict(g: GroupFits, automatic: Sequence[float]) -> dict[str, Any]:
         "group": g.group,
         "targets": rows,
         "skipped": [
-            {"target": jsonable(t), "reason": r, "automatic": t in automatic}
-            for t, r in at.skipped.items()
+            {"target": t, "reason": r, "automatic": t in automatic} for t, r in at.skipped.items()
         ],
-        "well_posed_targets": jsonable(at.well_posed),
-        "law": None if at.law is None else at.law.to_dict(),
+        "well_posed_targets": at.well_posed,
+        "law": at.law,
         "law_note": at.law_note,
     }

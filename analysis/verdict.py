@@ -25,12 +25,12 @@ Pure functions of the loaded Dataset (analysis.load).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stepscale.analysis.fits.arrays import jsonable
+from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -56,16 +56,16 @@ def learned(final: float, reference: float, floor: float = math.nan) -> bool | N
 
 
 @dataclass(frozen=True)
-class PointLearning:
+class PointLearning(Record):
     """The best trial of one point against its reference losses (NaN = not known)."""
 
     point: str
     trial: str
-    final: float
-    initial: float
-    baseline: float
-    floor: float
-    baseline_kind: str
+    final: float = field(metadata=as_json("final_eval_loss"))
+    initial: float = field(metadata=as_json("initial_eval_loss"))
+    baseline: float = field(metadata=as_json("baseline_loss"))
+    floor: float = field(metadata=as_json("loss_floor"))
+    baseline_kind: str = field(metadata=OMIT)
 
     @property
     def reference(self) -> float:
@@ -102,23 +102,15 @@ class PointLearning:
             parts.append(f"floor {_fmt(self.floor)}{way}")
         return "; ".join(parts)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "point": self.point,
-            "trial": self.trial,
-            "final_eval_loss": jsonable(self.final),
-            "initial_eval_loss": jsonable(self.initial),
-            "baseline_loss": jsonable(self.baseline),
-            "baseline": self.baseline_kind or None,
-            "loss_floor": jsonable(self.floor),
-            "progress": jsonable(self.progress),
-            "learned": self.learned,
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The baseline's kind (null when not stated) before the floor; the progress and
+        the judgement."""
+        fields = insert_before(fields, "loss_floor", {"baseline": self.baseline_kind or None})
+        return fields | {"progress": self.progress, "learned": self.learned}
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """The study's answer to "has it trained?": ``trained`` is True, False or None (no
     trial has a reference loss to compare with)."""
 
@@ -162,14 +154,9 @@ class Verdict:
             lines += f" (did not learn: {', '.join(self.not_learned)})"
         return lines
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "trained": self.trained,
-            "margin": MARGIN,
-            "best": None if self.best is None else self.best.to_dict(),
-            "points": [p.to_dict() for p in self.points],
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The verdict, its margin and the best point before the points."""
+        return {"trained": self.trained, "margin": MARGIN, "best": self.best, **fields}
 
 
 def _per_trial(ds: xr.Dataset, names: tuple[str, ...]) -> np.ndarray:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import errno
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from stepscale.errors import EnvironmentFailure, UsageError
 
@@ -50,3 +51,13 @@ def exit_code(command: Callable[[], int]) -> int:
             file=sys.stderr,
         )
         return 1
+
+
+@contextmanager
+def out_of_memory(message: str) -> Iterator[None]:
+    """A `MemoryError` raised inside becomes an `EnvironmentFailure` saying ``message``
+    (exit 1, one line: what ran out and what to do)."""
+    try:
+        yield
+    except MemoryError:
+        raise EnvironmentFailure(message) from None

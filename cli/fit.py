@@ -15,7 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from stepscale.errors import EnvironmentFailure, UsageError
+from stepscale.cli.exit_codes import out_of_memory
+from stepscale.errors import UsageError
 
 __all__ = [
     "command",
@@ -295,11 +296,7 @@ def to_json(result: dict[str, Any]) -> str:
 
 def command(args: argparse.Namespace) -> int:
     """`sweep fit`: print the fit as JSON."""
-    try:
+    with out_of_memory("not enough memory for the fit; lower --n-boot or fit a smaller table"):
         result = run_fit(args)
-    except MemoryError:
-        raise EnvironmentFailure(
-            "not enough memory for the fit; lower --n-boot or fit a smaller table"
-        ) from None
     print(to_json(result))
     return 0

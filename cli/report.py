@@ -14,7 +14,8 @@ import argparse
 import math
 from typing import Any
 
-from stepscale.errors import EnvironmentFailure, UsageError
+from stepscale.cli.exit_codes import out_of_memory
+from stepscale.errors import UsageError
 
 __all__ = ["command", "report_arguments", "run_report"]
 
@@ -84,11 +85,7 @@ def command(args: argparse.Namespace) -> int:
     """`sweep report`: write the report (or comparison) and print its summary as JSON."""
     import json
 
-    try:
+    with out_of_memory("not enough memory for the report; run it on a machine with more memory"):
         result = run_report(args)
-    except MemoryError:
-        raise EnvironmentFailure(
-            "not enough memory for the report; run it on a machine with more memory"
-        ) from None
     print(json.dumps(result, indent=2, sort_keys=True, default=str))
     return 0

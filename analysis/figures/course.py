@@ -14,7 +14,7 @@ import xarray as xr
 from stepscale.analysis import branching
 from stepscale.analysis.dataset import study_axes
 from stepscale.analysis.figures import style
-from stepscale.analysis.figures.curves import Curve
+from stepscale.analysis.figures.curves import Curve, loss_panels
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = [
@@ -63,21 +63,16 @@ def ramp_curves(a: StudyAnalysis, ds: xr.Dataset) -> RampCurves | None:
 
 def draw_ramp_curves(rec: RampCurves) -> Any:
     """Loss vs steps (left) and vs examples (right), one colour per point."""
-    fig, axes = style.figure(ncols=2, width=9.6)
-    for ax, curves, xlabel in (
-        (axes[0][0], rec.by_steps, style.STEPS),
-        (axes[0][1], rec.by_examples, style.examples_label(rec.batch_unit)),
-    ):
+
+    def lines(ax: Any, curves: tuple[Curve, ...]) -> None:
         for i, c in enumerate(curves):
             ax.plot(c.x, c.y, color=style.color(i), lw=1.3, label=c.label)
-        if rec.target is not None:
-            ax.axhline(rec.target, color="0.3", lw=0.9, ls="--")
-        ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("eval loss")
-    axes[0][0].set_title("Eval loss vs steps (best trial of each arm)")
-    axes[0][1].set_title("Eval loss vs examples")
-    axes[0][1].legend(loc="upper right", fontsize=7)
+
+    panels = (
+        (rec.by_steps, style.STEPS, "Eval loss vs steps (best trial of each arm)"),
+        (rec.by_examples, style.examples_label(rec.batch_unit), "Eval loss vs examples"),
+    )
+    fig, _ = loss_panels(panels, rec.target, lines)
     return fig
 
 

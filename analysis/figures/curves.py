@@ -5,6 +5,7 @@ over training beside B_crit."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ __all__ = [
     "draw_best_curves",
     "draw_loss_steps_tokens",
     "draw_noise_scale",
+    "loss_panels",
     "loss_steps_tokens",
     "noise_scale",
 ]
@@ -118,23 +120,35 @@ def loss_steps_tokens(a: StudyAnalysis, ds: xr.Dataset) -> LossStepsTokens | Non
     return LossStepsTokens(tuple(by_s), tuple(by_t), a.target)
 
 
-def draw_loss_steps_tokens(rec: LossStepsTokens) -> Any:
-    """Draw loss vs steps (left) and loss vs tokens (right), same colours and y axis."""
-    fig, axes = style.figure(ncols=2, width=9.6)
-    for ax, curves, xlabel in (
-        (axes[0][0], rec.by_steps, style.STEPS),
-        (axes[0][1], rec.by_tokens, style.TOKENS),
-    ):
-        _lines(ax, curves)
-        if rec.primary is not None:
-            ax.axhline(rec.primary, color="0.3", lw=0.9, ls="--")
+def loss_panels(
+    panels: Sequence[tuple[tuple[Curve, ...], str, str]],
+    target: float | None,
+    lines: Callable[[Any, tuple[Curve, ...]], None],
+) -> tuple[Any, Any]:
+    """Eval loss side by side against each of ``panels`` (curves, x label, title):
+    ``lines(ax, curves)`` draws the curves, then the target (dashed), the log y axis and
+    the legend (last panel). Returns the figure and its axes."""
+    fig, axes = style.figure(ncols=len(panels), width=9.6)
+    for ax, (curves, xlabel, title) in zip(axes[0], panels, strict=True):
+        lines(ax, curves)
+        if target is not None:
+            ax.axhline(target, color="0.3", lw=0.9, ls="--")
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("eval loss")
+        ax.set_title(title)
+    axes[0][-1].legend(loc="upper right", fontsize=7)
+    return fig, axes
+
+
+def draw_loss_steps_tokens(rec: LossStepsTokens) -> Any:
+    """Draw loss vs steps (left) and loss vs tokens (right), same colours and y axis."""
+    panels = (
+        (rec.by_steps, style.STEPS, "Eval loss vs steps"),
+        (rec.by_tokens, style.TOKENS, "Eval loss vs tokens"),
+    )
+    fig, axes = loss_panels(panels, rec.primary, _lines)
     axes[0][1].sharey(axes[0][0])
-    axes[0][0].set_title("Eval loss vs steps")
-    axes[0][1].set_title("Eval loss vs tokens")
-    axes[0][1].legend(loc="upper right", fontsize=7)
     return fig
 
 

@@ -1,30 +1,12 @@
-"""Array helpers every fit shares: checked float arrays, JSON-ready values, percentile
-intervals."""
+"""Array helpers every fit shares: checked float arrays, batch sizes as JSON writes them,
+percentile intervals."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-
-
-def jsonable(value: Any) -> Any:
-    """Recursively turn a value into JSON-ready Python: non-finite floats → None."""
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        f = float(value)
-        return f if math.isfinite(f) else None
-    return value
 
 
 def batch_json(b: float | None) -> int | float | None:

@@ -35,7 +35,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import expit
 
-from stepscale.analysis.fits.arrays import batch_json, floats, jsonable
+from stepscale.analysis.fits.arrays import batch_json, floats
+from stepscale.analysis.fits.records import BATCH, Record
 from stepscale.analysis.fits.steps import BCRIT_MARGIN, fit_steps
 
 __all__ = ["NextBatch", "bcrit_variance", "initial_batches", "next_batch"]
@@ -46,7 +47,7 @@ MIN_POINTS_TO_STOP = 5
 
 
 @dataclass(frozen=True)
-class NextBatch:
+class NextBatch(Record):
     """The decision after the batch sizes measured so far.
 
     ``batch`` is the batch size to add (None: stop); ``reason`` says why in one sentence.
@@ -55,31 +56,20 @@ class NextBatch:
     adding each candidate (empty when rule 4 did not apply).
     """
 
-    batch: float | None
+    batch: float | None = field(metadata=BATCH)
     reason: str
     rule: str  # max_points | exhausted | gap | interval | variance
-    measured: tuple[float, ...]
+    measured: tuple[float, ...] = field(metadata=BATCH)
     b_crit: float
     b_crit_ci: tuple[float, float]
     s_min: float
     variance: float  # of log B_crit now (relative), NaN without a fit
     scores: Mapping[float, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "batch": batch_json(self.batch),
-            "reason": self.reason,
-            "rule": self.rule,
-            "measured": [batch_json(b) for b in self.measured],
-            "b_crit": jsonable(self.b_crit),
-            "b_crit_ci": jsonable(self.b_crit_ci),
-            "s_min": jsonable(self.s_min),
-            "variance": jsonable(self.variance),
-            "scores": [
-                {"batch": batch_json(b), "variance": jsonable(v)} for b, v in self.scores.items()
-            ],
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The scores as rows (batch, variance)."""
+        scores = [{"batch": batch_json(b), "variance": v} for b, v in self.scores.items()]
+        return fields | {"scores": scores}
 
 
 def initial_batches(candidates: Sequence[float], n: int) -> tuple[float, ...]:

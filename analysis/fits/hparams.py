@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from stepscale.analysis.fits.arrays import floats, jsonable, percentile_ci
+from stepscale.analysis.fits.arrays import floats, percentile_ci
+from stepscale.analysis.fits.records import OMIT, Record
 
 __all__ = ["HparamLaw", "HparamLaws", "fit_hparam_laws"]
 
@@ -30,15 +31,16 @@ _CHUNK_FLOATS = 4_000_000
 
 
 @dataclass(frozen=True)
-class HparamLaw:
+class HparamLaw(Record):
     """h = coefficient · Π regressor^exponent, with percentile bootstrap intervals."""
 
-    hparam: str
-    regressors: tuple[str, ...]
+    # in the order of its JSON (``sweep fit hparams``), where the law is keyed by ``hparam``
+    hparam: str = field(metadata=OMIT)
     coefficient: float
     exponents: Mapping[str, float]
     ci: Mapping[str, tuple[float, float]]
     coefficient_ci: tuple[float, float]
+    regressors: tuple[str, ...]
     n_runs: int
     residual_std: float
 
@@ -49,23 +51,9 @@ class HparamLaw:
             out = out * np.power(floats(values[name], name), self.exponents[name])
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "coefficient": self.coefficient,
-                "exponents": dict(self.exponents),
-                "ci": {k: list(v) for k, v in self.ci.items()},
-                "coefficient_ci": self.coefficient_ci,
-                "regressors": list(self.regressors),
-                "n_runs": self.n_runs,
-                "residual_std": self.residual_std,
-            }
-        )
-
 
 @dataclass(frozen=True)
-class HparamLaws:
+class HparamLaws(Record):
     """All laws fitted on the same near-optimal runs."""
 
     band: float
@@ -76,19 +64,6 @@ class HparamLaws:
     confidence: float
     n_boot: int
     seed: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the keys of ``sweep fit hparams`` plus extras)."""
-        return {
-            "band": jsonable(self.band),
-            "n_cells": self.n_cells,
-            "n_runs": self.n_runs,
-            "n_kept": self.n_kept,
-            "laws": {h: law.to_dict() for h, law in self.laws.items()},
-            "confidence": self.confidence,
-            "n_boot": self.n_boot,
-            "seed": self.seed,
-        }
 
 
 def _columns(rows: Rows, names: Sequence[str]) -> dict[str, np.ndarray]:

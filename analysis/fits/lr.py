@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
 
-from stepscale.analysis.fits.arrays import batch_json, floats, jsonable, positive_batches, softplus
+from stepscale.analysis.fits.arrays import batch_json, floats, positive_batches, softplus
+from stepscale.analysis.fits.records import BATCH, Record, as_json, columns_to_rows, rows_to_record
 
 __all__ = [
     "LRLaw",
@@ -39,7 +40,7 @@ _EDGE_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
-class OptimalLR:
+class OptimalLR(Record):
     """η*(B) per batch size (ascending).
 
     ``method`` is ``"quadratic"`` when the local quadratic in log LR gave a minimum inside
@@ -48,7 +49,7 @@ class OptimalLR:
     or an optimum within 5% of the log-width of the given search bounds from a bound.
     """
 
-    batch_sizes: tuple[float, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=as_json("batch", batch=True))
     lr_opt: tuple[float, ...]
     objective_opt: tuple[float, ...]
     best_lr: tuple[float, ...]
@@ -57,33 +58,9 @@ class OptimalLR:
     method: tuple[str, ...]
     n_trials: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: one entry per batch size."""
-        return {
-            "batch_sizes": [
-                {
-                    "batch": batch_json(b),
-                    "lr_opt": jsonable(lr),
-                    "objective_opt": jsonable(obj),
-                    "best_lr": jsonable(blr),
-                    "best_objective": jsonable(bobj),
-                    "at_edge": edge,
-                    "method": m,
-                    "n_trials": n,
-                }
-                for b, lr, obj, blr, bobj, edge, m, n in zip(
-                    self.batch_sizes,
-                    self.lr_opt,
-                    self.objective_opt,
-                    self.best_lr,
-                    self.best_objective,
-                    self.at_edge,
-                    self.method,
-                    self.n_trials,
-                    strict=True,
-                )
-            ]
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One entry per batch size."""
+        return {"batch_sizes": columns_to_rows(fields)}
 
 
 def _local_quadratic(
@@ -146,14 +123,14 @@ def optimal_lr(
     if n_near is not None and n_near < 3:
         raise ValueError(f"n_near must be at least 3, got {n_near}")
 
-    out: dict[str, list[Any]] = {k: [] for k in ("b", "lr", "obj", "blr", "bobj", "edge", "m", "n")}
+    rows: list[dict[str, Any]] = []
     for size in np.unique(b):
-        rows = b == size
-        x_all = np.log(lr_a[rows])
-        fin = np.isfinite(obj[rows])
+        at = b == size
+        x_all = np.log(lr_a[at])
+        fin = np.isfinite(obj[at])
         if not fin.any():
             raise ValueError(f"batch size {batch_json(size)}: no trial has a finite objective")
-        x, f = x_all[fin], obj[rows][fin]
+        x, f = x_all[fin], obj[at][fin]
         i_best = int(np.argmin(f))
         quad = _local_quadratic(x, f, n_near)
         lo, hi = float(x_all.min()), float(x_all.max())
@@ -167,28 +144,23 @@ def optimal_lr(
             blo, bhi = math.log(bnd[0]), math.log(bnd[1])
             tol = _EDGE_TOLERANCE * (bhi - blo)
             edge = edge or v - blo <= tol or bhi - v <= tol
-        out["b"].append(float(size))
-        out["lr"].append(math.exp(v))
-        out["obj"].append(fv)
-        out["blr"].append(float(math.exp(x[i_best])))
-        out["bobj"].append(float(f[i_best]))
-        out["edge"].append(edge)
-        out["m"].append(method)
-        out["n"].append(int(rows.sum()))
-    return OptimalLR(
-        batch_sizes=tuple(out["b"]),
-        lr_opt=tuple(out["lr"]),
-        objective_opt=tuple(out["obj"]),
-        best_lr=tuple(out["blr"]),
-        best_objective=tuple(out["bobj"]),
-        at_edge=tuple(out["edge"]),
-        method=tuple(out["m"]),
-        n_trials=tuple(out["n"]),
-    )
+        rows.append(
+            {
+                "batch_sizes": float(size),
+                "lr_opt": math.exp(v),
+                "objective_opt": fv,
+                "best_lr": float(math.exp(x[i_best])),
+                "best_objective": float(f[i_best]),
+                "at_edge": edge,
+                "method": method,
+                "n_trials": int(at.sum()),
+            }
+        )
+    return rows_to_record(OptimalLR, rows)
 
 
 @dataclass(frozen=True)
-class RuleComparison:
+class RuleComparison(Record):
     """How a fitted exponent α compares with a scaling rule's α."""
 
     name: str
@@ -197,21 +169,9 @@ class RuleComparison:
     distance: float  # fitted α − rule α
     z: float  # distance in standard errors
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "name": self.name,
-                "alpha": self.alpha,
-                "inside_ci": self.inside_ci,
-                "distance": self.distance,
-                "z": self.z,
-            }
-        )
-
 
 @dataclass(frozen=True)
-class SaturatingFit:
+class SaturatingFit(Record):
     """Fit of ε_opt(B) = ε_max / (1 + B_noise/B) in log space."""
 
     eps_max: float
@@ -224,21 +184,9 @@ class SaturatingFit:
         """ε_opt at the given batch sizes."""
         return self.eps_max / (1.0 + self.b_noise / floats(batch, "batch"))
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "eps_max": self.eps_max,
-                "b_noise": self.b_noise,
-                "residuals": self.residuals,
-                "n_points": self.n_points,
-                "identified": self.identified,
-            }
-        )
-
 
 @dataclass(frozen=True)
-class LRLaw:
+class LRLaw(Record):
     """η*(B) = c·B^α fitted on batch sizes ≤ ``b_max``, rule comparisons, saturating form.
 
     ``alpha_ci`` is a t-interval (NaN with two points); ``closest_rule`` names the rule
@@ -249,8 +197,8 @@ class LRLaw:
     alpha: float
     alpha_ci: tuple[float, float]
     alpha_stderr: float
-    b_max: float | None
-    batch_sizes: tuple[float, ...]
+    b_max: float | None = field(metadata=BATCH)
+    batch_sizes: tuple[float, ...] = field(metadata=BATCH)
     lr_opt: tuple[float, ...]
     residuals: tuple[float, ...]
     n_points: int
@@ -262,22 +210,9 @@ class LRLaw:
         """c·B^α at the given batch sizes."""
         return self.c * np.power(floats(batch, "batch"), self.alpha)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "c": jsonable(self.c),
-            "alpha": jsonable(self.alpha),
-            "alpha_ci": jsonable(self.alpha_ci),
-            "alpha_stderr": jsonable(self.alpha_stderr),
-            "b_max": batch_json(self.b_max),
-            "batch_sizes": [batch_json(b) for b in self.batch_sizes],
-            "lr_opt": jsonable(self.lr_opt),
-            "residuals": jsonable(self.residuals),
-            "n_points": self.n_points,
-            "rules": {r.name: r.to_dict() for r in self.rules},
-            "closest_rule": self.closest_rule,
-            "saturating": None if self.saturating is None else self.saturating.to_dict(),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The rule comparisons by name."""
+        return fields | {"rules": {r.name: r for r in self.rules}}
 
 
 def _fit_saturating(x: np.ndarray, y: np.ndarray) -> SaturatingFit:

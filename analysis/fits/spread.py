@@ -4,27 +4,23 @@ measured along training (McCandlish et al. 2018's B_simple) summarised per batch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from stepscale.analysis.fits.arrays import (
-    batch_json,
-    floats,
-    jsonable,
-    positive_batches,
-)
+from stepscale.analysis.fits.arrays import floats, positive_batches
+from stepscale.analysis.fits.records import OMIT, Record, as_json, columns_to_rows, rows_to_record
 
 # ------------------------------------------------------------------------ small helpers
 
 
 @dataclass(frozen=True)
-class SeedSpread:
+class SeedSpread(Record):
     """Steps to target across confirm seeds, per batch size (statistics over reached runs)."""
 
-    batch_sizes: tuple[float, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=as_json("batch", batch=True))
     n: tuple[int, ...]
     n_reached: tuple[int, ...]
     mean: tuple[float, ...]
@@ -33,33 +29,11 @@ class SeedSpread:
     max: tuple[float, ...]
     # each seed's steps per batch size (NaN: not reached), for tests between studies
     # (analysis.claims): the interpolated crossings where the analysis has them
-    values: tuple[tuple[float, ...], ...] = ()
+    values: tuple[tuple[float, ...], ...] = field(default=(), metadata=OMIT)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: one entry per batch size."""
-        return {
-            "batch_sizes": [
-                {
-                    "batch": batch_json(b),
-                    "n": n,
-                    "n_reached": nr,
-                    "mean": jsonable(mu),
-                    "std": jsonable(sd),
-                    "min": jsonable(lo),
-                    "max": jsonable(hi),
-                }
-                for b, n, nr, mu, sd, lo, hi in zip(
-                    self.batch_sizes,
-                    self.n,
-                    self.n_reached,
-                    self.mean,
-                    self.std,
-                    self.min,
-                    self.max,
-                    strict=True,
-                )
-            ]
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """One entry per batch size."""
+        return {"batch_sizes": columns_to_rows(fields)}
 
 
 def spread_over_seeds(
@@ -77,34 +51,29 @@ def spread_over_seeds(
     if b.shape != s.shape:
         raise ValueError(f"batch and steps differ in length: {b.size} vs {s.size}")
     positive_batches(b)
-    sizes = np.unique(b)
-    cols: dict[str, list[Any]] = {k: [] for k in ("n", "nr", "mean", "std", "min", "max", "values")}
-    for size in sizes:
+    out: list[dict[str, Any]] = []
+    for size in np.unique(b):
         rows = s[b == size]
         ok = rows[np.isfinite(rows)]
-        cols["n"].append(int(rows.size))
-        cols["nr"].append(int(ok.size))
-        cols["mean"].append(float(ok.mean()) if ok.size else math.nan)
-        cols["std"].append(float(ok.std(ddof=1)) if ok.size >= 2 else math.nan)
-        cols["min"].append(float(ok.min()) if ok.size else math.nan)
-        cols["max"].append(float(ok.max()) if ok.size else math.nan)
-        cols["values"].append(
-            tuple(float(v) if math.isfinite(v) else math.nan for v in kept[b == size])
+        out.append(
+            {
+                "batch_sizes": float(size),
+                "n": int(rows.size),
+                "n_reached": int(ok.size),
+                "mean": float(ok.mean()) if ok.size else math.nan,
+                "std": float(ok.std(ddof=1)) if ok.size >= 2 else math.nan,
+                "min": float(ok.min()) if ok.size else math.nan,
+                "max": float(ok.max()) if ok.size else math.nan,
+                "values": tuple(
+                    float(v) if math.isfinite(v) else math.nan for v in kept[b == size]
+                ),
+            }
         )
-    return SeedSpread(
-        batch_sizes=tuple(float(v) for v in sizes),
-        n=tuple(cols["n"]),
-        n_reached=tuple(cols["nr"]),
-        mean=tuple(cols["mean"]),
-        std=tuple(cols["std"]),
-        min=tuple(cols["min"]),
-        max=tuple(cols["max"]),
-        values=tuple(cols["values"]),
-    )
+    return rows_to_record(SeedSpread, out)
 
 
 @dataclass(frozen=True)
-class NoiseScaleSummary:
+class NoiseScaleSummary(Record):
     """Summary of the gradient noise scale B_simple over the late part of training."""
 
     median: float
@@ -112,18 +81,6 @@ class NoiseScaleSummary:
     q75: float
     n: int
     from_step: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "median": self.median,
-                "q25": self.q25,
-                "q75": self.q75,
-                "n": self.n,
-                "from_step": self.from_step,
-            }
-        )
 
 
 def noise_scale_summary(

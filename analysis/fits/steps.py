@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,11 +22,11 @@ from scipy.special import expit
 from stepscale.analysis.fits.arrays import (
     batch_json,
     floats,
-    jsonable,
     percentile_ci,
     positive_batches,
     softplus,
 )
+from stepscale.analysis.fits.records import BATCH, Record, as_json
 
 # B_crit may lie outside the measured batch sizes, but not by more than this factor on
 # either side: beyond it S(B) is flat (or ∝ 1/B) over the data and B_crit is unidentified.
@@ -38,28 +37,18 @@ BCRIT_MARGIN = math.log(1e6)
 
 
 @dataclass(frozen=True)
-class StepsToResult:
+class StepsToResult(Record):
     """Steps to result per batch size (ascending), and the batch sizes that never got there.
 
     ``censored_at[i]`` is the largest horizon any trial of ``not_reached[i]`` ran to
     (``None`` when no horizon was given): the target was not reached within it.
     """
 
-    batch_sizes: tuple[float, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=BATCH)
     steps: tuple[float, ...]
     n_rows: tuple[int, ...]
-    not_reached: tuple[float, ...]
+    not_reached: tuple[float, ...] = field(metadata=BATCH)
     censored_at: tuple[float | None, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "batch_sizes": [batch_json(b) for b in self.batch_sizes],
-            "steps": jsonable(self.steps),
-            "n_rows": list(self.n_rows),
-            "not_reached": [batch_json(b) for b in self.not_reached],
-            "censored_at": jsonable(self.censored_at),
-        }
 
 
 def steps_to_result(
@@ -112,7 +101,7 @@ def steps_to_result(
 
 
 @dataclass(frozen=True)
-class StepsFit:
+class StepsFit(Record):
     """Fit of S(B) = S_min (1 + B_crit/B) in log space, with residual-bootstrap intervals.
 
     ``residuals`` are log(S) − log(S_fit) at ``batch_sizes`` (those used in the fit).
@@ -122,26 +111,31 @@ class StepsFit:
     parallelism for B ≥ ``max_parallelism_min_batch`` (= B_crit/r, S ≤ (1+r)·S_min).
     """
 
+    # in the order of its JSON (the keys of ``sweep fit steps``)
     s_min: float
     e_min: float
     b_crit: float
+    b_crit_ci: tuple[float, float]
     s_min_ci: tuple[float, float]
     e_min_ci: tuple[float, float]
-    b_crit_ci: tuple[float, float]
     cbs: float
     cbs_ci: tuple[float, float]
     overhead: float
-    reference_batch: float
-    perfect_scaling_max_batch: float
-    max_parallelism_min_batch: float
-    batch_sizes: tuple[float, ...]
+    reference_batch: float = field(metadata=BATCH)
+    perfect_scaling_max_batch: float = field(
+        metadata=as_json("regions", "perfect_scaling_max_batch")
+    )
+    max_parallelism_min_batch: float = field(
+        metadata=as_json("regions", "max_parallelism_min_batch")
+    )
+    n_points: int
+    not_reached: tuple[float, ...] = field(metadata=BATCH)
+    censored_at: tuple[float | None, ...]
+    batch_sizes: tuple[float, ...] = field(metadata=BATCH)
     steps: tuple[float, ...]
     fitted_steps: tuple[float, ...]
     residuals: tuple[float, ...]
     residual_std: float
-    n_points: int
-    not_reached: tuple[float, ...]
-    censored_at: tuple[float | None, ...]
     confidence: float
     n_boot: int
     seed: int
@@ -151,37 +145,6 @@ class StepsFit:
         """S(B) of the fitted model at the given batch sizes."""
         b = floats(batch, "batch")
         return self.s_min * (1.0 + self.b_crit / b)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the keys of ``sweep fit steps`` plus extras)."""
-        return {
-            "s_min": jsonable(self.s_min),
-            "e_min": jsonable(self.e_min),
-            "b_crit": jsonable(self.b_crit),
-            "b_crit_ci": jsonable(self.b_crit_ci),
-            "s_min_ci": jsonable(self.s_min_ci),
-            "e_min_ci": jsonable(self.e_min_ci),
-            "cbs": jsonable(self.cbs),
-            "cbs_ci": jsonable(self.cbs_ci),
-            "overhead": jsonable(self.overhead),
-            "reference_batch": batch_json(self.reference_batch),
-            "regions": {
-                "perfect_scaling_max_batch": jsonable(self.perfect_scaling_max_batch),
-                "max_parallelism_min_batch": jsonable(self.max_parallelism_min_batch),
-            },
-            "n_points": self.n_points,
-            "not_reached": [batch_json(b) for b in self.not_reached],
-            "censored_at": jsonable(self.censored_at),
-            "batch_sizes": [batch_json(b) for b in self.batch_sizes],
-            "steps": jsonable(self.steps),
-            "fitted_steps": jsonable(self.fitted_steps),
-            "residuals": jsonable(self.residuals),
-            "residual_std": jsonable(self.residual_std),
-            "confidence": self.confidence,
-            "n_boot": self.n_boot,
-            "seed": self.seed,
-            "warnings": list(self.warnings),
-        }
 
 
 def _profile_sse(x: np.ndarray, y: np.ndarray, b: np.ndarray) -> np.ndarray:

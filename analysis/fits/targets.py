@@ -17,11 +17,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from stepscale.analysis.fits.arrays import (
-    batch_json,
-    floats,
-    jsonable,
-)
+from stepscale.analysis.fits.arrays import batch_json, floats
+from stepscale.analysis.fits.records import BATCH, OMIT, Record
 from stepscale.analysis.fits.steps import (
     BCRIT_MARGIN,
     StepsFit,
@@ -35,7 +32,7 @@ from stepscale.rundir import interpolated_crossing
 
 
 @dataclass(frozen=True)
-class BcritTargetLaw:
+class BcritTargetLaw(Record):
     """Fit of B_crit(L) = B*/L^(1/α_B) in log space (Kaplan et al. 2020).
 
     ``slope`` is d log B_crit / d log L = −1/α_B, with a t-interval ``slope_ci``
@@ -54,21 +51,6 @@ class BcritTargetLaw:
     def predict(self, target: ArrayLike) -> np.ndarray:
         """B_crit at the given targets."""
         return self.b_star * np.power(floats(target, "target"), self.slope)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return jsonable(
-            {
-                "b_star": self.b_star,
-                "alpha_b": self.alpha_b,
-                "slope": self.slope,
-                "slope_ci": self.slope_ci,
-                "targets": self.targets,
-                "b_crits": self.b_crits,
-                "residuals": self.residuals,
-                "n_points": self.n_points,
-            }
-        )
 
 
 def fit_bcrit_vs_target(
@@ -142,7 +124,7 @@ def first_crossing(steps: ArrayLike, loss: ArrayLike, target: float) -> tuple[fl
 
 
 @dataclass(frozen=True)
-class CurveSteps:
+class CurveSteps(Record):
     """Steps to a target recomputed per trial from stored eval-loss curves.
 
     ``steps`` is the first evaluated step strictly below target, ``steps_interp`` the
@@ -152,7 +134,7 @@ class CurveSteps:
 
     target: float
     trials: tuple[Hashable, ...]
-    batch: tuple[float, ...]
+    batch: tuple[float, ...] = field(metadata=BATCH)
     steps: tuple[float, ...]
     steps_interp: tuple[float, ...]
     horizon: tuple[float, ...]
@@ -162,16 +144,9 @@ class CurveSteps:
         s = self.steps_interp if interpolated else self.steps
         return steps_to_result(self.batch, s, self.horizon)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "target": jsonable(self.target),
-            "trials": [str(t) for t in self.trials],
-            "batch": [batch_json(b) for b in self.batch],
-            "steps": jsonable(self.steps),
-            "steps_interp": jsonable(self.steps_interp),
-            "horizon": jsonable(self.horizon),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Trials by their text."""
+        return fields | {"trials": [str(t) for t in self.trials]}
 
 
 def steps_at_target(
@@ -209,7 +184,7 @@ def steps_at_target(
 
 
 @dataclass(frozen=True)
-class BcritAtTargets:
+class BcritAtTargets(Record):
     """S(B) fits redone at several targets from stored curves, and B_crit(L) across them.
 
     ``fits`` maps each target to its fit; ``skipped`` maps targets that could not be
@@ -222,7 +197,7 @@ class BcritAtTargets:
     fits: Mapping[float, StepsFit]
     skipped: Mapping[float, str]
     law: BcritTargetLaw | None
-    flagged: Mapping[float, str] = field(default_factory=dict)
+    flagged: Mapping[float, str] = field(default_factory=dict, metadata=OMIT)
     law_note: str | None = None
 
     @property
@@ -230,22 +205,16 @@ class BcritAtTargets:
         """The fitted targets whose fit is well-posed, ascending."""
         return tuple(t for t in self.fits if t not in self.flagged)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "fits": [
-                {
-                    "target": jsonable(t),
-                    "well_posed": t not in self.flagged,
-                    "problem": self.flagged.get(t),
-                    **f.to_dict(),
-                }
-                for t, f in self.fits.items()
-            ],
-            "skipped": [{"target": jsonable(t), "reason": r} for t, r in self.skipped.items()],
-            "law": None if self.law is None else self.law.to_dict(),
-            "law_note": self.law_note,
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Each fit with its target and whether it is well-posed; the skipped targets as
+        rows (target, reason)."""
+        fits = [
+            {"target": t, "well_posed": t not in self.flagged, "problem": self.flagged.get(t)}
+            | f.to_dict()
+            for t, f in self.fits.items()
+        ]
+        skipped = [{"target": t, "reason": r} for t, r in self.skipped.items()]
+        return fields | {"fits": fits, "skipped": skipped}
 
 
 def _last_loss(curve: tuple[ArrayLike, ArrayLike]) -> float:

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from stepscale.analysis.fits.arrays import batch_json, jsonable
+from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.lr import fit_lr_law, optimal_lr
+from stepscale.analysis.fits.records import BATCH, Record
 
 __all__ = ["Prediction", "TrialObservation", "predict_nuisance"]
 
@@ -42,29 +43,22 @@ class TrialObservation:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(Record):
     """The predicted nuisance values of a new point, how each was found, and the
     η*(B) data it came from."""
 
-    batch: float
+    batch: float = field(metadata=BATCH)
     values: Mapping[str, Any]
     how: Mapping[str, str]
-    sources: tuple[float, ...]
+    sources: tuple[float, ...] = field(metadata=BATCH)
     lr_opt: Mapping[float, float] = field(default_factory=dict)  # source batch → η*
     lr_law: Mapping[str, Any] | None = None  # c, alpha, alpha_ci of η*(B) = c·B^α
     log_sd: float = math.nan
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "batch": batch_json(self.batch),
-            "values": jsonable(dict(self.values)),
-            "how": dict(self.how),
-            "sources": [batch_json(b) for b in self.sources],
-            "lr_opt": [{"batch": batch_json(b), "lr": jsonable(v)} for b, v in self.lr_opt.items()],
-            "lr_law": None if self.lr_law is None else jsonable(dict(self.lr_law)),
-            "log_sd": jsonable(self.log_sd),
-        }
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """η* per source batch size as rows (batch, lr)."""
+        lr_opt = [{"batch": batch_json(b), "lr": v} for b, v in self.lr_opt.items()]
+        return fields | {"lr_opt": lr_opt}
 
 
 def _best_trial(trials: Sequence[TrialObservation]) -> TrialObservation | None:

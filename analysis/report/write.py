@@ -35,19 +35,17 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 from stepscale.analysis import figures
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.figures.replay import replay_figure
+from stepscale.analysis.fits.records import Record, json_ready
 from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import RunDirError, load, save
 from stepscale.analysis.provenance import provenance
@@ -81,22 +79,9 @@ REPORT_DRAWS = 50
 
 def _json_text(obj: Any) -> str:
     return (
-        json.dumps(_strict(obj), indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False)
+        json.dumps(json_ready(obj), indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False)
         + "\n"
     )
-
-
-def _strict(obj: Any) -> Any:
-    """Non-finite floats → None, numpy scalars → Python (JSON must be strict)."""
-    if isinstance(obj, Mapping):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _redact_block(b: Block) -> Block:
@@ -110,7 +95,7 @@ def _redact_block(b: Block) -> Block:
 
 
 @dataclass(frozen=True)
-class ReportResult:
+class ReportResult(Record):
     """What `sweep report` wrote."""
 
     report_dir: Path
@@ -119,17 +104,6 @@ class ReportResult:
     partial: bool
     n_trials: int
     targets: tuple[float, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary."""
-        return {
-            "report_dir": str(self.report_dir),
-            "files": list(self.files),
-            "figures": list(self.figures),
-            "partial": self.partial,
-            "n_trials": self.n_trials,
-            "targets": list(self.targets),
-        }
 
 
 def write_report(
@@ -207,9 +181,9 @@ def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
     save(ds, out / "results.nc")
     write_text_atomic(
         out / "fits.json",
-        _json_text({**a.to_dict(), "health": [c.to_dict() for c in checks]}),
+        _json_text({**a.to_dict(), "health": checks}),
     )
-    replay_doc = {"health": [c.to_dict() for c in checks], "note": rep_note}
+    replay_doc = {"health": checks, "note": rep_note}
     if rep is not None:
         replay_doc |= rep.to_dict()
     write_text_atomic(out / "replay.json", _json_text(replay_doc))

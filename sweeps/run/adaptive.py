@@ -47,7 +47,7 @@ def point_finished(trials: list[FrozenTrial], cfg: StudyConfig) -> bool:
     return budget.needs(cfg.budget, trials) is None
 
 
-def steps_to_result(run_dir: Path, point: Point, trials: list[FrozenTrial]) -> float | None:
+def fewest_steps_to_target(run_dir: Path, point: Point, trials: list[FrozenTrial]) -> float | None:
     """The fewest steps to target of the point's tune trials (their status.json), or None
     when none reached it."""
     best: float | None = None
@@ -131,7 +131,7 @@ class AdaptiveRun:
             return space
         sizes, steps, missed = [], [], []
         for p in space.points:
-            s = steps_to_result(self.run_dir, p, per_point[p.label])
+            s = fewest_steps_to_target(self.run_dir, p, per_point[p.label])
             value = float(p.values[self.alias])
             if s is None:
                 missed.append(value)

@@ -50,7 +50,7 @@ from stepscale.sweeps.run.reconcile import reconcile
 from stepscale.sweeps.run.runlock import RunLock
 from stepscale.sweeps.run.signals import StopRequest
 from stepscale.sweeps.run.transfer import TransferRun
-from stepscale.sweeps.run.trial_records import adopted_record, jsonable, trial_record
+from stepscale.sweeps.run.trial_records import adopted_record, json_scalar, trial_record
 from stepscale.sweeps.study.samplers import derived_seed, make_sampler
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Point, SearchSpace
@@ -145,7 +145,7 @@ class Scheduler:
         )
         if "point" not in study.user_attrs:
             study.set_user_attr("point", point.label)
-            study.set_user_attr("values", {k: jsonable(v) for k, v in point.values.items()})
+            study.set_user_attr("values", {k: json_scalar(v) for k, v in point.values.items()})
         return study
 
     def _trials(self, point: Point) -> list[FrozenTrial]:

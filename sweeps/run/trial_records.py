@@ -12,7 +12,7 @@ from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Point, SearchSpace
 
 
-def jsonable(value: Any) -> Any:
+def json_scalar(value: Any) -> Any:
     """A JSON scalar as it is, anything else as its text."""
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
@@ -37,9 +37,9 @@ def trial_record(
         "number": trial.number,
         "kind": trial.user_attrs.get("kind", "tune"),
         "seed": trial_seed(cfg, trial),
-        "scientific": {k: jsonable(v) for k, v in point.values.items()},
-        "nuisance": {k: jsonable(v) for k, v in nuisance.items()},
-        "fixed": {a: jsonable(v) for a, (_, v) in space.fixed.items()},
+        "scientific": {k: json_scalar(v) for k, v in point.values.items()},
+        "nuisance": {k: json_scalar(v) for k, v in nuisance.items()},
+        "fixed": {a: json_scalar(v) for a, (_, v) in space.fixed.items()},
         **({"derived": derived} if derived else {}),
         **fields,
     }
