@@ -64,7 +64,7 @@ def trainer_fields() -> dict[str, str]:
 def trainer_choices() -> dict[str, tuple[str, ...]]:
     """Dotted key → the names the built-in trainer accepts there (models, model sizes,
     data sources, optimizers, schedules). Imports JAX (through the optimizers)."""
-    from stepscale.models.data import SOURCES
+    from stepscale.models.data import source_names
     from stepscale.models.data.tokenize import TOKENIZERS
     from stepscale.models.nets.presets import MODELS, PRESETS
     from stepscale.models.optim import OPTIMIZERS
@@ -74,7 +74,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     return {
         "model.name": tuple(MODELS),
         "model.size": sizes,
-        "data.name": tuple(SOURCES),
+        "data.name": source_names(),
         "data.tokenizer": tuple(TOKENIZERS),
         "optimizer.name": tuple(OPTIMIZERS),
         "schedule.name": tuple(SCHEDULES),
