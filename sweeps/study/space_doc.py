@@ -21,7 +21,7 @@ from typing import Any
 from stepscale.rundir import BATCH_PATH, BATCH_SIZE, EXAMPLES
 from stepscale.sweeps.study.adaptive_axis import candidates
 from stepscale.sweeps.study.schema import NuisanceParam, StudyConfig
-from stepscale.sweeps.trainers.kinds import study_batch_unit
+from stepscale.sweeps.trainers.kinds import trainer_batch_unit
 
 SCHEMA_TAG = "stepscale.search_space/v1"
 
@@ -85,7 +85,7 @@ def written_unit(
 
 def space_document(cfg: StudyConfig) -> dict[str, Any]:
     """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
-    trainer_unit = study_batch_unit(cfg)  # what the trainer's batch counts, unless stated
+    trainer_unit = trainer_batch_unit(cfg)  # what the trainer's batch counts, unless stated
     params: list[dict[str, Any]] = []
     for alias, p in cfg.scientific.items():
         # An adaptive axis is written as every batch size it may run (its candidates).

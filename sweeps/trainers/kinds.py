@@ -235,7 +235,7 @@ def kind_of(spec: TrainerSpec) -> TrainerKind:
     return KINDS[spec.kind](spec)
 
 
-def study_batch_unit(study: Any) -> str:
+def trainer_batch_unit(study: Any) -> str:
     """The unit of a study's batch axis when the study does not state one: what its
     trainer (``study.trainer``, not otherwise checked) says."""
     return KINDS[trainer_kind(study.trainer)].batch_unit(study)
