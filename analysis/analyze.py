@@ -16,11 +16,11 @@ from stepscale.analysis.dataset import (
     LR_PATH,
     StudyAxes,
     TrialSteps,
-    batch_unit,
     best_trials,
     choose_targets,
     curves,
     cut_levels,
+    dataset_batch_unit,
     point_rows,
     study_axes,
     trial_groups,
@@ -235,7 +235,7 @@ def analyze(
 ) -> StudyAnalysis:
     """Run every fit the study supports; see the module docstring."""
     settings = settings or FitSettings()
-    unit = batch_unit(ds)
+    unit = dataset_batch_unit(ds)
     axes = study_axes(ds)
     groups = trial_groups(ds, axes)
     target, all_targets, auto = choose_targets(ds, axes, targets)

@@ -8,7 +8,7 @@ parameter with ``quantity: learning_rate``, the sequence length the scientific o
 Scientific axes other than the batch size split trials into *groups* (one S(B) fit each);
 a categorical one is an ablation *variant*. The *x* axis of a study is its batch size,
 else its first numeric scientific axis. Batch sizes and examples are counted in the
-study's batch unit (:func:`batch_unit`), which every label of the report names.
+study's batch unit (:func:`dataset_batch_unit`), which every label of the report names.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from stepscale.rundir import (
     EXAMPLES,
     LEARNING_RATE,
     SEQ_LEN,
-    SEQUENCES,
     quantity_of,
+    unit_of_counts,
 )
 
 __all__ = [
@@ -43,11 +43,11 @@ __all__ = [
     "PointRow",
     "StudyAxes",
     "TrialSteps",
-    "batch_unit",
     "best_trials",
     "choose_targets",
     "curves",
     "cut_levels",
+    "dataset_batch_unit",
     "eval_horizon",
     "point_rows",
     "study_axes",
@@ -113,13 +113,13 @@ def study_axes(ds: xr.Dataset) -> StudyAxes:
     return StudyAxes(sci, batch, lr, seq, x, groups, variant)
 
 
-def batch_unit(ds: xr.Dataset) -> str:
+def dataset_batch_unit(ds: xr.Dataset) -> str:
     """What the study's batch sizes count (``sequences``, ``examples`` …).
 
     The ``batch_unit`` attribute :func:`analysis.load.load` sets; for a Dataset without it
     (a results.nc written before), the ``units`` of its ``examples_per_step``
-    coordinate, else ``sequences`` when a step holds more tokens than examples and
-    ``examples`` otherwise.
+    coordinate, else the rule of a run dir without a stated unit
+    (:func:`stepscale.rundir.unit_of_counts` of its per-step counts).
     """
     unit = ds.attrs.get("batch_unit")
     if isinstance(unit, str) and unit.strip():
@@ -131,9 +131,7 @@ def batch_unit(ds: xr.Dataset) -> str:
     if "tokens_per_step" in ds.coords and "examples_per_step" in ds.coords:
         tokens = np.asarray(ds["tokens_per_step"].values, dtype=float)
         examples = np.asarray(ds["examples_per_step"].values, dtype=float)
-        ok = np.isfinite(tokens) & np.isfinite(examples) & (examples > 0)
-        if ok.any() and (tokens[ok] > examples[ok]).any():
-            return SEQUENCES
+        return unit_of_counts(zip(tokens.tolist(), examples.tolist(), strict=True))
     return EXAMPLES
 
 

@@ -21,7 +21,7 @@ The run directory is the contract of docs/run-dir.md. The dataset holds:
 - attributes: ``study``, ``objective_kind``, ``target_loss`` (absent without a
   target), ``report_targets`` (JSON list of the study's further targets, when it has some), ``scientific`` and ``parameters`` (JSON), ``partial`` (1 while a trial runs or
   run.json has no end time), trial counts, ``batch_unit``: what a batch size counts
-  (``sequences``, ``examples`` …; :func:`batch_unit_of`), and ``branches`` (JSON, only
+  (``sequences``, ``examples`` …; :func:`study_batch_unit`), and ``branches`` (JSON, only
   when `sweep branch` measured the critical batch over training:
   `stepscale.analysis.branching`).
 
@@ -59,7 +59,7 @@ from stepscale.analysis.trial_files import (
     trial_state,
 )
 from stepscale.files import atomic_path
-from stepscale.rundir import BATCH_SIZE, default_batch_unit, quantity_of
+from stepscale.rundir import BATCH_SIZE, quantity_of, unit_of_counts
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -174,28 +174,13 @@ def _space_units(space: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _data_section(path: Path) -> Mapping[str, Any] | None:
-    """The ``data`` section of a config.yaml (None when absent or unreadable)."""
-    if not path.is_file():
-        return None
-    try:
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception:  # an unreadable config says nothing about the unit
-        return None
-    data = cfg.get("data") if isinstance(cfg, Mapping) else None
-    return data if isinstance(data, Mapping) else None
-
-
-def batch_unit_of(space: Mapping[str, Any], root: Path, trials: Sequence[Path] = ()) -> str:
+def study_batch_unit(space: Mapping[str, Any], trials: Sequence[TrialRecord] = ()) -> str:
     """The unit of a study's batch sizes (``sequences``, ``examples`` …).
 
-    The ``unit`` space.json gives the parameter at :data:`stepscale.rundir.BATCH_PATH`
-    (the scientific axis, else a fixed value); a run directory without one (written
-    before space.json stated it, or by another writer) gets
-    :func:`stepscale.rundir.default_batch_unit` of the ``data`` section of its
-    config.yaml, else of the first trial's config.yaml.
+    The ``unit`` space.json gives the parameter that measures the batch size (the
+    scientific axis, else a fixed value); a run directory without one (written before
+    space.json stated it, or by another writer) counts sequences when its trials' steps
+    hold more tokens than examples, else examples (:func:`stepscale.rundir.unit_of_counts`).
     """
     params = [p for p in space.get("parameters", []) or [] if isinstance(p, Mapping)]
     for role in ("scientific", "fixed"):
@@ -205,11 +190,13 @@ def batch_unit_of(space: Mapping[str, Any], root: Path, trials: Sequence[Path] =
             ours = p.get("role") == role and measures == BATCH_SIZE
             if ours and isinstance(unit, str) and unit.strip():
                 return unit.strip()
-    for path in (root / rundir.CONFIG_YAML, *(d / rundir.CONFIG_YAML for d in sorted(trials)[:1])):
-        data = _data_section(path)
-        if data is not None:
-            return default_batch_unit(data)
-    return default_batch_unit(None)
+    return unit_of_counts(
+        (
+            per_step_count(t, "tokens_per_step", "tokens"),
+            per_step_count(t, "examples_per_step", "examples"),
+        )
+        for t in trials
+    )
 
 
 def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
@@ -233,7 +220,7 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     if not dirs:
         raise RunDirError(f"run directory {root} holds no trials (nothing under {root}/trials/)")
     trials = read_trials(dirs)
-    unit = batch_unit_of(space, root, dirs)
+    unit = study_batch_unit(space, trials)
     order = {
         str(p.get("label")): i
         for i, p in enumerate(study.get("points", []) or [])

@@ -37,9 +37,9 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis.dataset import (
-    batch_unit,
     choose_targets,
     cut_levels,
+    dataset_batch_unit,
     study_axes,
     trial_groups,
 )
@@ -591,7 +591,7 @@ def replay(
     return ReplayResult(
         study=str(ds.attrs.get("study", "")),
         target=float(target),
-        batch_unit=batch_unit(ds),
+        batch_unit=dataset_batch_unit(ds),
         draws=draws,
         seed=seed,
         totals=totals,

@@ -94,7 +94,7 @@ def run_export(args: argparse.Namespace) -> int:
     check_overrides(overrides, "export")  # a preset without conf=, Hydra's habits
     if not any(o.startswith("conf=") for o in overrides):
         raise UsageError("export needs conf=NAME (see `sweep list`)")
-    from stepscale.sweeps.trainers.spec import study_trainer
+    from stepscale.sweeps.trainers.kinds import study_trainer
 
     _, cfg, _ = prepare_study(overrides, args.config_dir)
     build_space(

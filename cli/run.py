@@ -39,7 +39,7 @@ from stepscale.sweeps.study.validate import (
     check_storage_place,
     check_study,
 )
-from stepscale.sweeps.trainers.spec import BUILTIN, study_trainer
+from stepscale.sweeps.trainers.kinds import kind_of, study_trainer
 
 __all__ = ["prepare_study", "run_orchestrator", "run_study"]
 
@@ -102,13 +102,9 @@ def run_study(
     if dry_run:
         print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json)
         return 0
-    if trainer.kind == BUILTIN and not detach:
-        from stepscale.sweeps.trainers import builtin
-
-        try:
-            builtin.configure_compile_cache(cfg.train.compile_cache_dir)
-        except builtin.RejectedConfig as exc:
-            raise UsageError(str(exc)) from None
+    kind = kind_of(trainer)
+    if not detach:
+        kind.prepare_orchestrator(cfg)  # e.g. JAX's compilation cache for the built-in trainer
     check_unchanged(run_dir, cfg)  # the last check: nothing is written before it
     make_run_dir(run_dir)
     # The study's files exist before anything runs, so `sweep status` answers at once.
@@ -119,7 +115,7 @@ def run_study(
         check_unchanged(run_dir, cfg)
         write_study_files(run_dir, raw, cfg, space)
         if not detach:
-            write_provenance(run_dir, storage_spec, argv, jax_devices=trainer.kind == BUILTIN)
+            write_provenance(run_dir, storage_spec, argv, jax_devices=kind.jax_devices)
     lock.close()
     if detach:
         from stepscale.sweeps.launch.detach import submit_orchestrator

@@ -59,7 +59,7 @@ class RampupConfig:
 class DataConfig:
     """Data source and MaxText batch semantics (global batch in examples/sequences)."""
 
-    name: str = "markov"  # markov | tokens | text | shakespeare_char | teacher | nqm
+    name: str = "markov"  # a registered source (models/data): markov | tokens | text | …
     global_batch: int = 32  # the batch of every step, or the one a ramp leads to
     rampup: RampupConfig = field(default_factory=RampupConfig)
     seq_len: int = 64

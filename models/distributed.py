@@ -49,6 +49,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from stepscale.models.checks import choice
 from stepscale.models.config import TrainConfig, TrainerConfig
 from stepscale.models.errors import ConfigError
 
@@ -98,10 +99,7 @@ def join_args(cfg: TrainConfig, env: Mapping[str, str] | None = None) -> JoinArg
     unusable values."""
     env = os.environ if env is None else env
     mode = cfg.distributed
-    if mode not in MODES:
-        raise ConfigError(
-            "train.distributed", f"unknown value {mode!r}; choose one of {', '.join(MODES)}"
-        )
+    choice("train.distributed", mode, MODES)
     if mode == "off":
         return None
     address = cfg.coordinator_address or env.get(ENV_ADDRESS) or None

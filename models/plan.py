@@ -21,6 +21,7 @@ from flax import nnx
 
 from stepscale.models import nets
 from stepscale.models.batching import BatchPlan, plan_batch
+from stepscale.models.checks import choice, finite_above_zero, in_unit_interval
 from stepscale.models.config import TrainerConfig
 from stepscale.models.data import DataInfo, DataSource, build_source
 from stepscale.models.distributed import maybe_initialize
@@ -91,37 +92,17 @@ class RunPlan:
         }
 
 
-def _choice(field: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(field, f"unknown value {value!r}; choose one of {', '.join(allowed)}")
-
-
-def _positive(field: str, value: float | None, *, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if not math.isfinite(value):
-        raise ConfigError(field, f"must be a finite number, got {value}")
-    if value < 0 or (value == 0 and not allow_zero):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise ConfigError(field, f"must be {bound}, got {value}")
-
-
-def _in_unit_interval(field: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:  # also rejects NaN
-        raise ConfigError(field, f"must lie in [0, 1), got {value}")
-
-
 def _check_optimizer(cfg: TrainerConfig) -> None:
     o = cfg.optimizer
-    _choice("optimizer.name", o.name, OPTIMIZERS)
-    _positive("optimizer.lr", o.lr, allow_zero=True)
-    _in_unit_interval("optimizer.b1", o.b1)
-    _in_unit_interval("optimizer.b2", o.b2)
-    _positive("optimizer.eps", o.eps, allow_zero=True)
-    _positive("optimizer.weight_decay", o.weight_decay, allow_zero=True)
-    _positive("optimizer.clip", o.clip, allow_zero=True)
-    _positive("optimizer.trust_coefficient", o.trust_coefficient)
-    _positive("optimizer.update_clip", o.update_clip, allow_zero=True)
+    choice("optimizer.name", o.name, OPTIMIZERS)
+    finite_above_zero("optimizer.lr", o.lr, allow_zero=True)
+    in_unit_interval("optimizer.b1", o.b1)
+    in_unit_interval("optimizer.b2", o.b2)
+    finite_above_zero("optimizer.eps", o.eps, allow_zero=True)
+    finite_above_zero("optimizer.weight_decay", o.weight_decay, allow_zero=True)
+    finite_above_zero("optimizer.clip", o.clip, allow_zero=True)
+    finite_above_zero("optimizer.trust_coefficient", o.trust_coefficient)
+    finite_above_zero("optimizer.update_clip", o.update_clip, allow_zero=True)
     if o.update_clip and o.name not in CLIPPED_OPTIMIZERS:
         raise ConfigError(
             "optimizer.update_clip",
@@ -133,12 +114,12 @@ def _check_optimizer(cfg: TrainerConfig) -> None:
 def _check_train(cfg: TrainerConfig) -> int:
     t = cfg.train
     for name in ("log_every", "eval_every"):
-        _positive(f"train.{name}", getattr(t, name))
-    _positive("train.checkpoint_every", t.checkpoint_every, allow_zero=True)
-    _positive("train.keep_checkpoints", t.keep_checkpoints)
-    _positive("train.divergence_factor", t.divergence_factor)
-    _positive("train.eval_positions", t.eval_positions)
-    _in_unit_interval("train.ema_decay", t.ema_decay)
+        finite_above_zero(f"train.{name}", getattr(t, name))
+    finite_above_zero("train.checkpoint_every", t.checkpoint_every, allow_zero=True)
+    finite_above_zero("train.keep_checkpoints", t.keep_checkpoints)
+    finite_above_zero("train.divergence_factor", t.divergence_factor)
+    finite_above_zero("train.eval_positions", t.eval_positions)
+    in_unit_interval("train.ema_decay", t.ema_decay)
     if not isinstance(t.spike_window, int) or t.spike_window < 0:
         raise ConfigError(
             "train.spike_window", f"must be a whole number of steps ≥ 0, got {t.spike_window!r}"
@@ -151,9 +132,9 @@ def _check_train(cfg: TrainerConfig) -> int:
     for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
         if not 0 <= seed < 2**32:
             raise ConfigError(name, f"must lie in [0, 2**32), got {seed}")
-    _choice("train.sharding", t.sharding, SHARDINGS)
-    _choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
-    _choice("model.dtype", cfg.model.dtype, DTYPES)
+    choice("train.sharding", t.sharding, SHARDINGS)
+    choice("model.param_dtype", cfg.model.param_dtype, DTYPES)
+    choice("model.dtype", cfg.model.dtype, DTYPES)
     procs = jax.process_count()
     if procs == 1:
         available = len(jax.local_devices())
@@ -237,7 +218,7 @@ def _warmup(
     schedule: BatchSchedule | None = None,
 ) -> int:
     s = cfg.schedule
-    _choice("schedule.name", s.name, SCHEDULES)
+    choice("schedule.name", s.name, SCHEDULES)
     warmup = to_steps(
         "schedule.warmup",
         steps=s.warmup_steps,
@@ -370,8 +351,8 @@ def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
     maybe_initialize(cfg)
     _check_optimizer(cfg)
     devices = _check_train(cfg)
-    _choice("model.name", cfg.model.name, nets.MODELS)
-    source = build_source(cfg.data, nqm_dim=cfg.model.dim)
+    choice("model.name", cfg.model.name, nets.MODELS)
+    source = build_source(cfg.data, cfg.model)
     info = _with_baseline(cfg, source.info)
     model = nets.resolve(cfg.model, info)  # model/data compatibility, dims, sequence length
     _check_eval_positions(cfg, info)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from numbers import Integral
 
+from stepscale.models.checks import choice, is_int
 from stepscale.models.config import DataConfig
 from stepscale.models.errors import ConfigError
 
@@ -109,12 +109,8 @@ def batch_schedule(data: DataConfig) -> BatchSchedule:
     key at fault."""
     r = data.rampup
     final = data.global_batch
-    if r.lr_coupling not in COUPLINGS:
-        raise ConfigError(
-            "data.rampup.lr_coupling",
-            f"unknown value {r.lr_coupling!r}; choose one of {', '.join(COUPLINGS)}",
-        )
-    if not _is_int(r.samples) or r.samples < 0:
+    choice("data.rampup.lr_coupling", r.lr_coupling, COUPLINGS)
+    if not is_int(r.samples) or r.samples < 0:
         raise ConfigError(
             "data.rampup.samples", f"must be an integer ≥ 0 (0 = no ramp), got {r.samples!r}"
         )
@@ -135,7 +131,7 @@ def batch_schedule(data: DataConfig) -> BatchSchedule:
 def _maxtext_stages(
     start: int | None, increment: int | None, samples: int, final: int
 ) -> tuple[BatchStage, ...]:
-    if not _is_int(start) or start <= 0:
+    if not is_int(start) or start <= 0:
         raise ConfigError(
             "data.rampup.start",
             f"a ramp (data.rampup.samples > 0) needs a batch > 0, got {start!r}",
@@ -145,7 +141,7 @@ def _maxtext_stages(
             "data.rampup.start",
             f"{start} must be below data.global_batch = {final} (the batch the ramp leads to)",
         )
-    if not _is_int(increment) or increment <= 0:
+    if not is_int(increment) or increment <= 0:
         raise ConfigError(
             "data.rampup.increment",
             f"a ramp (data.rampup.samples > 0) needs an increment > 0, got {increment!r}",
@@ -169,7 +165,7 @@ def _maxtext_stages(
 def _custom_stages(schedule: list[object], final: int) -> tuple[BatchStage, ...]:
     stages: list[BatchStage] = []
     for i, entry in enumerate(schedule):
-        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not all(map(_is_int, entry)):
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or not all(map(is_int, entry)):
             raise ConfigError(
                 "data.rampup.schedule",
                 f"entry {i} is {entry!r}; each entry is [step, batch] (two integers)",
@@ -196,7 +192,3 @@ def _custom_stages(schedule: list[object], final: int) -> tuple[BatchStage, ...]
             "(the batch the ramp leads to)",
         )
     return tuple(stages)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)

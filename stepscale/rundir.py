@@ -21,9 +21,8 @@ RUN_DIR/
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 # ------------------------------------------------------------------ file and folder names
 
@@ -95,33 +94,23 @@ def quantity_of(path: str, stated: str | None) -> str | None:
     return stated or BUILTIN_QUANTITIES.get(path)
 
 
-# The unit of the batch axis is the ``unit`` of the parameter at BATCH_PATH in space.json
-# (``sequences``, ``examples``, ``tokens`` …). A study that does not state it counts
-# sequences when its data are sequences (the built-in LM sources, or any data section with
-# a ``seq_len``) and examples otherwise (the noisy quadratic model, the teacher network).
+# The unit of the batch axis is the ``unit`` of the parameter at BATCH_PATH (or stating
+# ``quantity: batch_size``) in space.json (``sequences``, ``examples``, ``tokens`` …). A
+# study that does not state it gets its trainer's: the built-in trainer's data source says
+# whether its examples are sequences; a user's trainer counts examples.
 SEQUENCES = "sequences"
 EXAMPLES = "examples"
-# The built-in trainer's data sources whose examples are sequences (``data.name``); its
-# other sources (``nqm``, ``teacher``) draw one vector per example.
-SEQUENCE_SOURCES = ("markov", "tokens", "text", "shakespeare_char")
-EXAMPLE_SOURCES = ("nqm", "teacher")
 
 
-def default_batch_unit(data: Mapping[str, Any] | None) -> str:
-    """The batch unit of a study that does not state one, from its ``data`` config section.
-
-    ``sequences`` for a built-in sequence source (``data.name`` in SEQUENCE_SOURCES),
-    ``examples`` for the other built-in sources; for any other source, ``sequences`` when
-    the section has a ``seq_len`` and ``examples`` otherwise (also when ``data`` is None).
-    """
-    if not isinstance(data, Mapping):
-        return EXAMPLES
-    name = data.get("name")
-    if name in SEQUENCE_SOURCES:
-        return SEQUENCES
-    if name in EXAMPLE_SOURCES:
-        return EXAMPLES
-    return SEQUENCES if data.get("seq_len") is not None else EXAMPLES
+def unit_of_counts(per_step: Iterable[tuple[float, float]]) -> str:
+    """The batch unit of a run dir whose space.json states none (written before it did),
+    from its trials' ``(tokens_per_step, examples_per_step)``: ``sequences`` when a step
+    holds more tokens than examples (an example is a sequence of several tokens),
+    ``examples`` otherwise (also when no trial says)."""
+    for tokens, examples in per_step:
+        if math.isfinite(tokens) and math.isfinite(examples) and 0 < examples < tokens:
+            return SEQUENCES
+    return EXAMPLES
 
 
 # ----------------------------------------------------------------------------- states

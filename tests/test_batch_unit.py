@@ -198,18 +198,31 @@ def test_fit_steps_batch_unit_option(tmp_path: Path) -> None:
     assert out["batch_unit"] == "tokens" and out["groups"][0]["b_crit"] == pytest.approx(128)
 
 
-def test_the_default_knows_every_built_in_source() -> None:
-    """rundir's lists of sequence and example sources are the built-in trainer's sources,
-    split by whether their examples are sequences (DataInfo.kind "lm")."""
+def test_the_built_in_trainer_asks_its_data_source() -> None:
+    """The built-in trainer's batch unit is its source's: sequences when the plug-in says
+    its examples are sequences, as built (DataInfo.kind "lm", seq_len tokens an example)."""
     from stepscale.models.config import DataConfig
-    from stepscale.models.data import SOURCES, build_source
-    from stepscale.rundir import EXAMPLE_SOURCES, SEQUENCE_SOURCES, default_batch_unit
+    from stepscale.models.data import build_source, source_names, source_plugin
+    from stepscale.sweeps.trainers import builtin
 
-    assert sorted((*SEQUENCE_SOURCES, *EXAMPLE_SOURCES)) == sorted(SOURCES)
+    assert source_names()
+    for name in source_names():
+        unit = builtin.batch_unit(DataConfig(name=name))
+        assert unit == ("sequences" if source_plugin(name).sequences else "examples"), name
     for name in ("markov", "nqm", "teacher"):  # the file sources need a file
-        info = build_source(DataConfig(name=name)).info
-        assert (info.kind == "lm") == (name in SEQUENCE_SOURCES), name
-        expected = "sequences" if info.kind == "lm" else "examples"
-        assert default_batch_unit({"name": name, "seq_len": 64}) == expected
-    assert default_batch_unit({"name": "my_source", "seq_len": 128}) == "sequences"
-    assert default_batch_unit({"name": "my_source"}) == default_batch_unit(None) == "examples"
+        info = build_source(DataConfig(name=name, seq_len=8)).info
+        sequences = info.kind == "lm" and info.tokens_per_example == 8
+        assert builtin.batch_unit(DataConfig(name=name)) == (
+            "sequences" if sequences else "examples"
+        )
+
+
+def test_a_run_dir_without_a_unit_counts_by_its_steps() -> None:
+    """The rule for run dirs whose space.json states no unit names no source: a step of
+    more tokens than examples counts sequences (the built-in trainer writes seq_len tokens
+    an example for LM data, one for nqm and teacher), else examples."""
+    from stepscale.rundir import unit_of_counts
+
+    assert unit_of_counts([(32 * 64.0, 32.0)]) == "sequences"
+    assert unit_of_counts([(32.0, 32.0), (float("nan"), 4.0)]) == "examples"
+    assert unit_of_counts([]) == "examples"  # nothing said: the neutral word

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from jax import lax
 
-from stepscale.models.config import DataConfig
-from stepscale.models.data import SOURCES, DataSource, build_source
+from stepscale.models.config import DataConfig, ModelConfig
+from stepscale.models.data import DataSource, build_source, source_names, source_plugin
 from stepscale.models.data.markov import MarkovSource, choose_successors
 from stepscale.models.errors import ConfigError
 
@@ -70,7 +70,7 @@ def token_losses(src: MarkovSource, tokens: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- building
 
 
-@pytest.mark.parametrize("name", SOURCES)
+@pytest.mark.parametrize("name", source_names())
 def test_build_every_source(name: str, tmp_path: Path) -> None:
     path = tmp_path / "data.bin"
     np.arange(4000, dtype=np.uint16).tofile(path)
@@ -82,13 +82,15 @@ def test_build_every_source(name: str, tmp_path: Path) -> None:
             eval_examples=8,
             eval_batch=4,
         ),
-        nqm_dim=5,
+        ModelConfig(dim=5),
     )
     batch = src.eval_set()
     assert all(v.shape[0] == 8 for v in batch.values())
     assert src.eval_set() is batch  # cached
     kind = {"teacher": "classify", "nqm": "nqm"}.get(name, "lm")
     assert src.info.kind == kind
+    # what the plug-in declares without building: its examples are sequences (LM data)
+    assert source_plugin(name).sequences == (kind == "lm")
 
 
 def test_default_markov_is_cheap() -> None:
@@ -220,9 +222,11 @@ def test_teacher_batches_and_floor() -> None:
 
 def test_teacher_and_nqm_eval_sets_depend_on_data_seed() -> None:
     for name in ("teacher", "nqm"):
-        a = build_source(DataConfig(name=name, seed=0), nqm_dim=3).eval_set()
-        b = build_source(DataConfig(name=name, seed=0, eval_batch=32), nqm_dim=3).eval_set()
-        c = build_source(DataConfig(name=name, seed=1), nqm_dim=3).eval_set()
+        a = build_source(DataConfig(name=name, seed=0), ModelConfig(dim=3)).eval_set()
+        b = build_source(
+            DataConfig(name=name, seed=0, eval_batch=32), ModelConfig(dim=3)
+        ).eval_set()
+        c = build_source(DataConfig(name=name, seed=1), ModelConfig(dim=3)).eval_set()
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
         first = next(iter(a))
@@ -230,7 +234,7 @@ def test_teacher_and_nqm_eval_sets_depend_on_data_seed() -> None:
 
 
 def test_nqm_is_standard_normal() -> None:
-    src = build_source(DataConfig(name="nqm"), nqm_dim=50)
+    src = build_source(DataConfig(name="nqm"), ModelConfig(dim=50))
     assert src.info.input_dim == 50 and src.info.loss_floor == 0.0
     z = draw(src, step_key(0, 0), 2000)["z"]
     assert z.shape == (2000, 50) and z.dtype == np.float32
@@ -345,7 +349,7 @@ def test_unknown_source_message_lists_choices() -> None:
 
 def test_bad_nqm_dim() -> None:
     with pytest.raises(ConfigError) as err:
-        build_source(DataConfig(name="nqm"), nqm_dim=0)
+        build_source(DataConfig(name="nqm"), ModelConfig(dim=0))
     assert err.value.field == "model.dim"
 
 

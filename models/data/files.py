@@ -6,6 +6,8 @@ first ``floor((1 - heldout_frac) * n)`` tokens are the training split and the re
 held-out split (nanoGPT's rule: Tiny Shakespeare splits 1,003,854 / 111,540). A training batch is ``B`` windows of
 ``seq_len + 1`` consecutive tokens at uniform random starts inside the training split; the
 held-out set is the first ``eval_examples`` non-overlapping windows of the held-out split.
+The sources ``tokens``, ``text`` and ``shakespeare_char`` (a module each) are this reader
+over their files.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import jax
 import numpy as np
 
+from stepscale.models.checks import is_real
 from stepscale.models.config import DataConfig
 from stepscale.models.data.base import Batch, DataInfo
 from stepscale.models.data.tokenize import encode_file, unigram_entropy
@@ -27,8 +30,8 @@ _SCAN_CHUNK = 1 << 24
 
 
 class FileSource:
-    """Host-side LM source over a token file (``name="tokens"``) or a text file (``"text"``,
-    ``"shakespeare_char"``: the shipped corpus, characters).
+    """Host-side LM source over a token file, or a text file (``text=True``; ``path``: a
+    file other than ``data.path``, such as the shipped corpus).
 
     Vocabulary: 256 for text read as bytes, the file's own characters for ``chars``. For token files it is the largest token id + 1,
     found by one chunked scan of the file, except for uint16 files of more than 50M tokens
@@ -121,12 +124,24 @@ class FileSource:
         return np.asarray(self.tokens[idx], dtype=np.int32)
 
 
-def _token_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a token file, or a ConfigError."""
+def check_heldout(cfg: DataConfig) -> None:
+    """ConfigError on ``data.heldout_frac`` unless it is a fraction in (0, 1)."""
+    frac = cfg.heldout_frac
+    if not is_real(frac) or not 0.0 < frac < 1.0:
+        raise ConfigError("data.heldout_frac", f"must be a fraction in (0, 1), got {frac!r}")
+
+
+def check_token_dtype(name: object) -> None:
+    """ConfigError on ``data.dtype`` unless it names a token dtype (uint16, uint32)."""
     if name not in TOKEN_DTYPES:
         raise ConfigError(
             "data.dtype", f"unknown token dtype {name!r}; choose one of uint16, uint32"
         )
+
+
+def _token_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a token file, or a ConfigError."""
+    check_token_dtype(name)
     return np.dtype(name)
 
 

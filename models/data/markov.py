@@ -4,6 +4,8 @@ Each context (the k previous tokens, read as a base-V number) has ``branching`` 
 successor tokens, chosen at random from the data seed, with probabilities drawn from a
 symmetric Dirichlet(concentration). A sequence of ``seq_len + 1`` tokens starts with k
 i.i.d. uniform tokens; every later token is drawn from the chain given the previous k.
+
+Registered as ``data.name: markov`` (`SOURCE`): its examples are sequences.
 """
 
 from __future__ import annotations
@@ -17,13 +19,18 @@ import numpy as np
 from jax import lax
 from scipy import sparse
 
-from stepscale.models.config import DataConfig
+from stepscale.models.checks import int_at_least, positive_float
+from stepscale.models.config import DataConfig, ModelConfig
 from stepscale.models.data.base import Batch, DataInfo
+from stepscale.models.data.registry import SourcePlugin
+from stepscale.models.errors import ConfigError
 
 # Propagating the context marginal stops once one step moves it by less than this (L1);
 # the transition is L1-non-expansive, so later marginals stay within steps * tol of it.
 _CONVERGED_L1 = 1e-13
 _ENTROPY_RATE_STEPS = 10_000
+MAX_CONTEXTS = 1 << 22  # vocab_size ** order
+MAX_TABLE = 1 << 25  # vocab_size ** order * branching entries per Markov table
 
 
 def choose_successors(rng: np.random.Generator, n_ctx: int, vocab: int, k: int) -> np.ndarray:
@@ -217,3 +224,38 @@ def _entropy(probs: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(probs > 0, -probs * np.log(probs), 0.0)
     return terms.sum(axis=1)
+
+
+def check(cfg: DataConfig) -> None:
+    """Chain shape: V >= 2, order >= 1, V^order and the tables bounded, 1 <= branching <= V."""
+    int_at_least("data.vocab_size", cfg.vocab_size, 2)
+    int_at_least("data.order", cfg.order, 1)
+    n_ctx = cfg.vocab_size**cfg.order
+    if n_ctx > MAX_CONTEXTS:
+        raise ConfigError(
+            "data.order",
+            f"vocab_size ** order = {cfg.vocab_size}**{cfg.order} = {n_ctx} contexts exceeds "
+            f"2**22; lower data.order or data.vocab_size",
+        )
+    int_at_least("data.branching", cfg.branching, 1)
+    if cfg.branching > cfg.vocab_size:
+        raise ConfigError(
+            "data.branching",
+            f"{cfg.branching} successors per context but only {cfg.vocab_size} tokens; "
+            f"choose 1 <= data.branching <= data.vocab_size",
+        )
+    if n_ctx * cfg.branching > MAX_TABLE:
+        raise ConfigError(
+            "data.branching",
+            f"{n_ctx} contexts x {cfg.branching} successors exceeds 2**25 table entries; "
+            "lower data.branching, data.order or data.vocab_size",
+        )
+    positive_float("data.concentration", cfg.concentration)
+
+
+def build(cfg: DataConfig, model: ModelConfig) -> MarkovSource:
+    """The chain of a checked config (the model plays no part)."""
+    return MarkovSource(cfg)
+
+
+SOURCE = SourcePlugin("markov", sequences=True, check=check, build=build)

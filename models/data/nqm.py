@@ -1,6 +1,8 @@
 """Noisy quadratic model data: standard normal noise vectors z ~ N(0, I_dim).
 
 The NQM model turns z into its per-example gradient noise; the data holds no tables.
+Registered as ``data.name: nqm`` (`SOURCE`): one vector per example, of the model's
+dimension (``model.dim``).
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from stepscale.models.config import DataConfig
+from stepscale.models.checks import positive_int
+from stepscale.models.config import DataConfig, ModelConfig
 from stepscale.models.data.base import Batch, DataInfo
+from stepscale.models.data.registry import SourcePlugin
 
 
 def sample_noise(key: jax.Array, batch_size: int, dim: int) -> Batch:
@@ -25,7 +29,7 @@ class NQMSource:
     """Device-side source of ``z`` float32 [B, dim]; the loss floor of the NQM is 0.
 
     ``dim`` is the model's NQM dimension (``model.dim``). Build with
-    ``models.data.build_source(cfg, nqm_dim=...)``.
+    ``models.data.build_source(cfg, model)``.
     """
 
     device_side = True
@@ -56,3 +60,16 @@ class NQMSource:
             batch = _sample_noise_jit(key, self._eval_examples, self.dim)
             self._eval = {k: np.asarray(v) for k, v in batch.items()}
         return self._eval
+
+
+def check(cfg: DataConfig) -> None:
+    """Nothing of its own: the noise has no keys beyond those every source has."""
+
+
+def build(cfg: DataConfig, model: ModelConfig) -> NQMSource:
+    """Noise of the model's dimension (``model.dim``, a positive integer)."""
+    positive_int("model.dim", model.dim)
+    return NQMSource(cfg, model.dim)
+
+
+SOURCE = SourcePlugin("nqm", sequences=False, check=check, build=build)

@@ -3,6 +3,8 @@
 x ~ N(0, I_d); logits = tanh(x W1 + b1) W2 with W1 ~ N(0, 1/d), b1 ~ N(0, 0.25),
 W2 ~ N(0, 16/h) (h = 64 hidden units; the gain 4 makes the task neither trivial nor
 hopeless at temperature 1); y ~ Categorical(softmax(logits / temperature)).
+
+Registered as ``data.name: teacher`` (`SOURCE`): one vector per example.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from stepscale.models.config import DataConfig
+from stepscale.models.checks import int_at_least, positive_float, positive_int
+from stepscale.models.config import DataConfig, ModelConfig
 from stepscale.models.data.base import Batch, DataInfo
+from stepscale.models.data.registry import SourcePlugin
 
 HIDDEN = 64
 LOGIT_GAIN = 4.0
@@ -126,3 +130,18 @@ def _teacher_weights(rng: np.random.Generator, cfg: DataConfig) -> dict[str, np.
     b1 = 0.5 * rng.standard_normal(HIDDEN)
     w2 = rng.standard_normal((HIDDEN, cfg.n_classes)) * (LOGIT_GAIN / np.sqrt(HIDDEN))
     return {k: v.astype(np.float32) for k, v in {"w1": w1, "b1": b1, "w2": w2}.items()}
+
+
+def check(cfg: DataConfig) -> None:
+    """Input dimension, number of classes (>= 2) and temperature (> 0)."""
+    positive_int("data.input_dim", cfg.input_dim)
+    int_at_least("data.n_classes", cfg.n_classes, 2)
+    positive_float("data.temperature", cfg.temperature)
+
+
+def build(cfg: DataConfig, model: ModelConfig) -> TeacherSource:
+    """The teacher of a checked config (the model plays no part)."""
+    return TeacherSource(cfg)
+
+
+SOURCE = SourcePlugin("teacher", sequences=False, check=check, build=build)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stepscale.models.checks import positive
 from stepscale.models.config import ModelConfig
 from stepscale.models.data.base import DataInfo
 from stepscale.models.errors import ConfigError
@@ -117,12 +118,6 @@ def _pick(cfg: ModelConfig, preset: dict[str, Any], key: str) -> Any:
     return preset.get(key) if value is None else value
 
 
-def _positive(key: str, value: float | None, what: str = "must be positive") -> None:
-    """Raise unless ``value`` is a positive number."""
-    if value is None or value <= 0:
-        raise ConfigError(f"model.{key}", f"{what}, got {value!r}")
-
-
 def _resolve_gpt(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> ResolvedModel:
     """Dimensions of the transformer LM."""
     n_layers, d_model, n_heads, mlp_ratio = (
@@ -138,14 +133,14 @@ def _resolve_gpt(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> Re
         ("vocab_size", vocab),
         ("max_seq_len", max_seq),
     ):
-        _positive(key, value)
+        positive(f"model.{key}", value)
     if d_model % n_heads:
         raise ConfigError(
             "model.d_model", f"d_model={d_model} is not divisible by n_heads={n_heads}"
         )
     head_dim = d_model // n_heads
     mlp_hidden = round(mlp_ratio * d_model)
-    _positive("mlp_ratio", mlp_hidden, "mlp_ratio * d_model must round to a positive width")
+    positive("model.mlp_ratio", mlp_hidden, "mlp_ratio * d_model must round to a positive width")
     if cfg.pos_emb not in POS_EMBS:
         raise ConfigError(
             "model.pos_emb", f"unknown pos_emb {cfg.pos_emb!r}; allowed: {', '.join(POS_EMBS)}"
@@ -186,7 +181,7 @@ def _resolve_gpt(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> Re
 def _resolve_mlp(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> ResolvedModel:
     """Dimensions of the classifier; ``depth = 0`` is a linear (softmax regression) model."""
     hidden, depth = _pick(cfg, preset, "hidden"), _pick(cfg, preset, "depth")
-    _positive("hidden", hidden)
+    positive("model.hidden", hidden)
     if depth is None or depth < 0:
         raise ConfigError("model.depth", f"must be >= 0, got {depth!r}")
     if not info.input_dim or not info.n_classes or info.n_classes < 2:
@@ -209,7 +204,7 @@ def _resolve_mlp(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> Re
 
 def _resolve_nqm(cfg: ModelConfig, info: DataInfo, preset: dict[str, Any]) -> ResolvedModel:
     """Dimensions of the noisy quadratic model."""
-    _positive("dim", cfg.dim)
+    positive("model.dim", cfg.dim)
     if cfg.noise_scale < 0:
         raise ConfigError("model.noise_scale", f"must be >= 0, got {cfg.noise_scale!r}")
     if info.input_dim is not None and info.input_dim != cfg.dim:

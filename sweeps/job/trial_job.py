@@ -1,5 +1,5 @@
 """What runs inside a trial's job: load the trial, run its trainer (built-in, a Python
-function or a command: `sweeps.trainers.spec`) with a reporter that writes the trial's files
+function or a command: `sweeps.trainers.kinds`) with a reporter that writes the trial's files
 and talks to Optuna (intermediate eval losses by step, the pruner's verdict), keep a
 heartbeat, and complete the trainer's status from its eval losses
 (`sweeps.trainers.final_status`). The orchestrator, not the job, tells Optuna the result.
@@ -34,8 +34,8 @@ from stepscale.sweeps.job.heartbeat import JobHeartbeat
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.worker_main import ENV_WORKER
 from stepscale.sweeps.trainers.final_status import complete_status
+from stepscale.sweeps.trainers.kinds import kind_of
 from stepscale.sweeps.trainers.metrics_file import last_step, normalized_records
-from stepscale.sweeps.trainers.spec import BUILTIN, COMMAND, import_function
 from stepscale.trainer import Action
 
 
@@ -217,21 +217,14 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
 
 
 def _train(spec: TrialSpec, reporter: TrialReporter, stop: StopSignals) -> Any:
-    """Run the trial's trainer (of any kind); returns what it returned."""
-    folder = Path(spec.trial_dir)
-    kind = spec.trainer.kind
-    if kind == BUILTIN:
-        from stepscale.sweeps.trainers import builtin
-
-        return builtin.run(spec.config, reporter, folder)
-    if kind == COMMAND:
+    """Run the trial's trainer (of any kind: `sweeps.trainers.kinds`); returns what it
+    returned."""
+    function = kind_of(spec.trainer).train_function()
+    if function is None:  # a program of its own
         from stepscale.sweeps.job.command import run_command
 
         return run_command(spec, reporter, stop)
-    from omegaconf import OmegaConf
-
-    function = import_function(spec.trainer.target or "", spec.trainer.python_path)
-    return function(OmegaConf.create(spec.config), reporter, folder)
+    return function(spec.config, reporter, Path(spec.trial_dir))
 
 
 def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
@@ -249,8 +242,8 @@ def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
             f"the trainer's status has state {status['state']!r}; a finished trial is one of "
             f"{', '.join(TRAINER_FINAL_STATES)}"
         )
-    if spec.trainer.kind == BUILTIN:
-        return status  # the built-in trainer reports every key itself
+    if kind_of(spec.trainer).reports_status:
+        return status  # the trainer reports every key itself
     records = normalized_records(folder / METRICS_JSONL, rewrite=True)
     full = complete_status(status, records, spec.horizon, spec.target_loss)
     for key, value in spec.sizes.items():  # what the plan knows of a step, unless said

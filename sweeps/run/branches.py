@@ -83,10 +83,10 @@ def run_branch(run_dir_text: str, request: BranchRequest, argv: list[str]) -> st
     branches to the end (the study's launcher); returns the base trial's id."""
     run_dir = Path(run_dir_text)
     cfg = study_config(run_dir)
-    from stepscale.sweeps.trainers.spec import BUILTIN, study_trainer
+    from stepscale.sweeps.trainers.kinds import kind_of, study_trainer
 
     trainer, _ = study_trainer(cfg, None)
-    if trainer.kind != BUILTIN:
+    if not kind_of(trainer).branches:
         raise UsageError(
             "sweep branch starts branches from the built-in trainer's checkpoints "
             "(train.init_from); this study has its own trainer"

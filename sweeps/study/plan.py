@@ -8,7 +8,6 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from stepscale.errors import UsageError
@@ -17,7 +16,8 @@ from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Point, SearchSpace
 from stepscale.sweeps.study.trials import trial_config
 from stepscale.sweeps.trainers import builtin
-from stepscale.sweeps.trainers.spec import BUILTIN, TrainerSpec, import_function
+from stepscale.sweeps.trainers.kinds import kind_of
+from stepscale.sweeps.trainers.spec import TrainerSpec
 from stepscale.trainer import PLAN_KEYS
 
 
@@ -39,7 +39,8 @@ def plan_points(
     """Validate every point's trainer config (the trainer's ``validate``, at the ends of
     the nuisance ranges), and every batch size an adaptive study may add; returns per-point
     horizons and sizes."""
-    check = _validator(trainer, here=cfg.launcher.name != "slurm")
+    # SLURM's devices are not this machine's: the jobs check them, and no memory check
+    check = kind_of(trainer).validator(here=cfg.launcher.name != "slurm")
     out = {}
     every = (*space.points, *space.candidates)  # candidates: batch sizes it may add
     progress = _Progress(len(every))
@@ -48,10 +49,6 @@ def plan_points(
         plans = []
         for values in range_ends(space, point):
             tree = trial_config(cfg, trainer, space, point, values, cfg.seed, None)
-            if trainer.kind == BUILTIN and cfg.launcher.name == "slurm":
-                # The jobs' devices (GPUs, several tasks) are not this machine's: the job
-                # checks train.devices against what it gets.
-                tree["train"]["devices"] = None
             try:
                 plans.append(check(tree) if check is not None else None)
             except builtin.RejectedConfig as exc:
@@ -64,7 +61,7 @@ def plan_points(
                     f"its config: {type(exc).__name__}: {exc}"
                 ) from None
         out[point.label] = _sizes(cfg, point.label, plans[0])
-        if trainer.kind != BUILTIN and out[point.label]["examples_per_step"] is None:
+        if out[point.label]["examples_per_step"] is None:  # its validate did not say
             out[point.label]["examples_per_step"] = _batch_examples(cfg, point)
     progress.show(len(every))
     return out
@@ -102,14 +99,6 @@ class _Progress:
             file=sys.stderr,
             flush=True,
         )
-
-
-def _validator(trainer: TrainerSpec, *, here: bool) -> Callable[[dict[str, Any]], Any] | None:
-    if trainer.kind == BUILTIN:  # SLURM's devices are not this machine's: no memory check
-        return lambda tree: builtin.validate(tree, here=here)
-    if trainer.validate is None:
-        return None
-    return import_function(trainer.validate, trainer.python_path, key="trainer.validate")
 
 
 def _batch_examples(cfg: StudyConfig, point: Point) -> int | None:

@@ -49,8 +49,9 @@ class ScientificParam:
     # override such as scientific.batch_size.adaptive.low=4 can switch it on)
     adaptive: AdaptiveAxis = field(default_factory=AdaptiveAxis)
     # e.g. sequences, examples, tokens. Unstated on the batch axis (data.global_batch),
-    # space.json gets the default of the data: sequences for sequence data, else examples
-    # (sweeps.study.space_doc.batch_unit); the config itself is left as written.
+    # space.json gets what the trainer's batch counts (the built-in trainer's data source
+    # says sequences or examples; a user's trainer counts examples:
+    # sweeps.study.space_doc.written_unit); the config itself is left as written.
     unit: str | None = None
     quantity: str | None = None  # batch_size | learning_rate | seq_len (QUANTITIES)
     description: str | None = None

@@ -8,20 +8,20 @@ for int parameters, floats otherwise), floats in Python's shortest round-trip fo
 the same config always gives the same document.
 
 The batch axis (the parameter at ``stepscale.rundir.BATCH_PATH``) always has a ``unit``:
-the study's own, else :func:`stepscale.rundir.default_batch_unit` of its data section, so
-that the analysis reads the unit it labels batch sizes and examples with from here.
+the study's own, else what its trainer's batch counts (`sweeps.trainers.kinds`: the
+built-in trainer asks its data source; a user's trainer counts examples), so that the
+analysis reads the unit it labels batch sizes and examples with from here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from stepscale.rundir import BATCH_PATH, EXAMPLES, default_batch_unit
+from stepscale.rundir import BATCH_PATH, BATCH_SIZE, EXAMPLES
 from stepscale.sweeps.study.adaptive_axis import candidates
 from stepscale.sweeps.study.schema import NuisanceParam, StudyConfig
+from stepscale.sweeps.trainers.kinds import trainer_batch_unit
 
 SCHEMA_TAG = "stepscale.search_space/v1"
 
@@ -69,25 +69,23 @@ def _nuisance(alias: str, n: NuisanceParam) -> dict[str, Any]:
     return _drop_none(entry)
 
 
-def batch_unit(
-    cfg: StudyConfig, path: str, unit: str | None, quantity: str | None = None
+def written_unit(
+    path: str, unit: str | None, quantity: str | None, trainer_unit: str
 ) -> str | None:
-    """The unit written for a parameter at ``path`` whose config states ``unit``: the
-    default batch unit of the study's data (:func:`stepscale.rundir.default_batch_unit`)
-    for an unstated unit of the batch axis, ``examples`` for a user trainer's batch size
-    (``quantity: batch_size``) that states none, else ``unit`` as it is."""
-    if unit is None and quantity == "batch_size" and path != BATCH_PATH:
-        return EXAMPLES
-    if unit is not None or path != BATCH_PATH:
+    """The unit space.json gives a parameter at ``path`` whose config states ``unit``:
+    ``unit`` when stated; for the batch axis (``path`` is BATCH_PATH) the unit of the
+    trainer's batch (``trainer_unit``), for another batch size (``quantity: batch_size``)
+    ``examples``; else none."""
+    if unit is not None:
         return unit
-    data = cfg.data
-    if dataclasses.is_dataclass(data) and not isinstance(data, type):
-        data = dataclasses.asdict(data)
-    return default_batch_unit(data if isinstance(data, Mapping) else None)
+    if path == BATCH_PATH:
+        return trainer_unit
+    return EXAMPLES if quantity == BATCH_SIZE else None
 
 
 def space_document(cfg: StudyConfig) -> dict[str, Any]:
     """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
+    trainer_unit = trainer_batch_unit(cfg)  # what the trainer's batch counts, unless stated
     params: list[dict[str, Any]] = []
     for alias, p in cfg.scientific.items():
         # An adaptive axis is written as every batch size it may run (its candidates).
@@ -100,7 +98,7 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                     "role": "scientific",
                     "type": _type_of(values),
                     "values": values,
-                    "unit": batch_unit(cfg, p.path, p.unit, p.quantity),
+                    "unit": written_unit(p.path, p.unit, p.quantity, trainer_unit),
                     "quantity": p.quantity,
                     "description": p.description,
                 }
@@ -115,7 +113,7 @@ def space_document(cfg: StudyConfig) -> dict[str, Any]:
                 "path": f.path,
                 "role": "fixed",
                 "type": _type_of([f.value]),
-                "unit": batch_unit(cfg, f.path, f.unit, f.quantity),
+                "unit": written_unit(f.path, f.unit, f.quantity, trainer_unit),
                 "quantity": f.quantity,
                 "description": f.description,
             }

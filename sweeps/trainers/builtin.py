@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
+from stepscale.rundir import EXAMPLES, SEQUENCES
 from stepscale.trainer import Reporter
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "RejectedConfig",
     "TrainConfig",
     "TrainerConfig",
+    "batch_unit",
     "branch_point",
     "configure_compile_cache",
     "plan_run",
@@ -64,7 +66,7 @@ def trainer_fields() -> dict[str, str]:
 def trainer_choices() -> dict[str, tuple[str, ...]]:
     """Dotted key → the names the built-in trainer accepts there (models, model sizes,
     data sources, optimizers, schedules). Imports JAX (through the optimizers)."""
-    from stepscale.models.data import SOURCES
+    from stepscale.models.data import source_names
     from stepscale.models.data.tokenize import TOKENIZERS
     from stepscale.models.nets.presets import MODELS, PRESETS
     from stepscale.models.optim import OPTIMIZERS
@@ -74,7 +76,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     return {
         "model.name": tuple(MODELS),
         "model.size": sizes,
-        "data.name": tuple(SOURCES),
+        "data.name": source_names(),
         "data.tokenizer": tuple(TOKENIZERS),
         "optimizer.name": tuple(OPTIMIZERS),
         "schedule.name": tuple(SCHEDULES),
@@ -111,10 +113,23 @@ def plan_run(cfg: TrainerConfig, *, here: bool = True) -> Any:
         raise RejectedConfig(str(exc)) from None
 
 
+def batch_unit(data: DataConfig) -> str:
+    """What a batch of the built-in trainer counts with ``data``: ``sequences`` when its
+    source's examples are sequences (the source's plug-in says), else ``examples``. An
+    unknown source → `stepscale.models.errors.ConfigError` (a `UsageError`) naming the
+    registered ones. Imports JAX (through the sources)."""
+    from stepscale.models.data import source_plugin
+
+    return SEQUENCES if source_plugin(data.name).sequences else EXAMPLES
+
+
 def validate(tree: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
     """The trainer interface's ``validate`` of the built-in trainer: the point's sizes
     (`stepscale.trainer.PLAN_KEYS`), or `RejectedConfig`/another error naming the problem.
-    ``here``: the trials run on this machine's devices (not SLURM's)."""
+    ``here``: the trials run on this machine's devices; else (SLURM) their devices are the
+    job's, which checks ``train.devices`` against what it gets (so it is not checked here)."""
+    if not here:
+        tree = {**tree, "train": {**tree["train"], "devices": None}}
     plan = plan_run(to_trainer_config(tree), here=here)
     return {
         "horizon_steps": plan.horizon,

@@ -9,7 +9,9 @@
   prints its metrics in its own format (``trainer.metrics``: `sweeps.trainers.line_formats`), and
   takes its settings in its own argument style (``trainer.args``: `sweeps.trainers.arg_styles`).
 
-``trainer: "module:function"`` (a string) is the short form of a function trainer.
+``trainer: "module:function"`` (a string) is the short form of a function trainer. What
+each kind answers when the orchestrator or a job asks (its config base, its validate, how
+a trial runs …) is `sweeps.trainers.kinds`; a `TrainerSpec` is plain, picklable data.
 """
 
 from __future__ import annotations
@@ -81,6 +83,21 @@ def trainer_identity(value: Any) -> dict[str, Any]:
     if isinstance(target, str) and canonical_trainer(target) == BUILTIN_TRAINER:
         return {"target": BUILTIN_TRAINER}
     return {k: value[k] for k in ("target", "command", "config", "keys", "args") if value.get(k)}
+
+
+def trainer_kind(value: Any) -> str:
+    """The kind (`BUILTIN`, `FUNCTION` or `COMMAND`) a study's ``trainer:`` setting names,
+    told without checking the rest of it (`read_trainer` checks)."""
+    if value is None:
+        return BUILTIN
+    if isinstance(value, str):
+        value = {"target": value}
+    if isinstance(value, dict) and value.get("command") not in (None, []):
+        return COMMAND
+    target = value.get("target") if isinstance(value, dict) else None
+    if isinstance(target, str) and canonical_trainer(target) == BUILTIN_TRAINER:
+        return BUILTIN
+    return FUNCTION
 
 
 def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
@@ -260,12 +277,13 @@ def config_paths(tree: dict[str, Any], prefix: str = "") -> set[str]:
     return out
 
 
-def settable_paths(trainer: TrainerSpec, builtin_paths: frozenset[str]) -> frozenset[str] | None:
-    """The keys a study's parameters may set: the built-in trainer's, the keys of a user
-    trainer's ``trainer.config``, or any (None) when that config is not given."""
-    if trainer.kind == BUILTIN:
-        return builtin_paths
-    return frozenset(config_paths(trainer.config)) if trainer.config else None
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    """``tree[a][b] = value`` for ``path == "a.b"`` (missing parents are created)."""
+    *parents, leaf = path.split(".")
+    node = tree
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
 
 
 def search_folders(config_dir: str | None) -> list[Path]:
@@ -274,14 +292,3 @@ def search_folders(config_dir: str | None) -> list[Path]:
     if config_dir is not None:
         folders.append(Path(config_dir).expanduser().resolve())
     return folders
-
-
-def study_trainer(cfg: Any, config_dir: str | None) -> tuple[TrainerSpec, frozenset[str] | None]:
-    """A study's trainer (read and, for a function, imported: mistakes → `UsageError`) and
-    the keys its parameters may set (`settable_paths`)."""
-    from stepscale.sweeps.trainers.builtin_keys import TRAINER_PATHS
-
-    trainer = read_trainer(cfg.trainer, search_folders(config_dir))
-    if trainer.kind == FUNCTION:
-        import_function(trainer.target or "", trainer.python_path)
-    return trainer, settable_paths(trainer, TRAINER_PATHS)
