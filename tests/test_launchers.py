@@ -11,9 +11,9 @@ import cloudpickle
 import pytest
 
 from stepscale.errors import UsageError
-from stepscale.sweeps.launch.launchers import Launcher
+from stepscale.sweeps.launch.launchers import make_launcher
 from stepscale.sweeps.launch.slurm import slurm_parameters
-from stepscale.sweeps.study.schema import LauncherConfig
+from stepscale.sweeps.study.launcher_configs import LocalLauncherConfig, SlurmLauncherConfig
 
 
 def visible_devices(hold_s: float) -> str:
@@ -25,7 +25,7 @@ def visible_devices(hold_s: float) -> str:
 def test_local_jobs_get_disjoint_gpus_and_free_slots_are_reused(tmp_path: Path):
     # The jobs cannot import this test module: send the function itself.
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    launcher = Launcher(LauncherConfig(name="local", gpus_per_trial=2))
+    launcher = make_launcher(LocalLauncherConfig(gpus_per_trial=2))
     first = launcher.submit(tmp_path / "a", visible_devices, 3.0)
     second = launcher.submit(tmp_path / "b", visible_devices, 0.0)
     assert second.outcome() == (True, "2,3")
@@ -40,8 +40,7 @@ def test_local_jobs_get_disjoint_gpus_and_free_slots_are_reused(tmp_path: Path):
 
 
 def test_slurm_options_from_the_launcher_config():
-    cfg = LauncherConfig(
-        name="slurm",
+    cfg = SlurmLauncherConfig(
         partition="gpu",
         account="proj",
         qos="high",
@@ -75,13 +74,13 @@ def test_slurm_options_from_the_launcher_config():
         "additional_parameters": {"exclude": "node01"},
     }
     with pytest.raises(UsageError, match="gpus_per_trial"):
-        slurm_parameters(LauncherConfig(name="slurm", nodes=2, gpus_per_trial=3), "x")
+        slurm_parameters(SlurmLauncherConfig(nodes=2, gpus_per_trial=3), "x")
 
 
 def test_sbatch_from_inside_a_job_does_not_pass_the_jobs_slurm_settings_on(tmp_path: Path):
     """A detached orchestrator runs in a SLURM job; its SLURM_* variables must not reach the
     trial jobs it submits (srun would take them as its own), SLURM_CONF must."""
-    from stepscale.sweeps.launch.launchers import _environment
+    from stepscale.sweeps.launch.jobs import environment as _environment
 
     os.environ["SLURM_MEM_PER_CPU"] = "1000"
     os.environ["SLURM_CONF"] = "/etc/slurm/slurm.conf.test"

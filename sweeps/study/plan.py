@@ -34,12 +34,13 @@ def range_ends(space: SearchSpace, point: Point) -> list[dict[str, Any]]:
 
 
 def plan_points(
-    cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec
+    cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec, *, here: bool
 ) -> dict[str, dict[str, Any]]:
     """Validate every point's trainer config (the trainer's ``validate``, at the ends of
     the nuisance ranges), and every batch size an adaptive study may add; returns per-point
-    horizons and sizes."""
-    check = _validator(trainer, here=cfg.launcher.name != "slurm")
+    horizons and sizes. ``here``: the launcher runs trials on this machine (its devices
+    and memory are the trials'; `Launcher.on_this_machine`)."""
+    check = _validator(trainer, here=here)
     out = {}
     every = (*space.points, *space.candidates)  # candidates: batch sizes it may add
     progress = _Progress(len(every))
@@ -48,7 +49,7 @@ def plan_points(
         plans = []
         for values in range_ends(space, point):
             tree = trial_config(cfg, trainer, space, point, values, cfg.seed, None)
-            if trainer.kind == BUILTIN and cfg.launcher.name == "slurm":
+            if trainer.kind == BUILTIN and not here:
                 # The jobs' devices (GPUs, several tasks) are not this machine's: the job
                 # checks train.devices against what it gets.
                 tree["train"]["devices"] = None
@@ -105,7 +106,7 @@ class _Progress:
 
 
 def _validator(trainer: TrainerSpec, *, here: bool) -> Callable[[dict[str, Any]], Any] | None:
-    if trainer.kind == BUILTIN:  # SLURM's devices are not this machine's: no memory check
+    if trainer.kind == BUILTIN:  # devices elsewhere (SLURM's) are not checked here
         return lambda tree: builtin.validate(tree, here=here)
     if trainer.validate is None:
         return None
