@@ -140,7 +140,8 @@ def study_config(run_dir: Path) -> StudyConfig:
         saved = OmegaConf.load(run_dir / CONFIG_YAML)
         # The launcher's keys are its schema's (a run dir from before per-launcher schemas
         # holds every launcher's keys): typed apart, by its name.
-        section = OmegaConf.to_container(saved.pop("launcher", {}))
+        section = saved.pop("launcher", None)
+        section = OmegaConf.to_container(section) if section is not None else {}
         cfg: StudyConfig = OmegaConf.to_object(  # type: ignore[assignment]
             OmegaConf.merge(OmegaConf.structured(StudyConfig), saved)
         )
