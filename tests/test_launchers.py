@@ -13,7 +13,11 @@ import pytest
 from stepscale.errors import UsageError
 from stepscale.sweeps.launch.launchers import make_launcher
 from stepscale.sweeps.launch.slurm import slurm_parameters
-from stepscale.sweeps.study.launcher_configs import LocalLauncherConfig, SlurmLauncherConfig
+from stepscale.sweeps.study.launcher_configs import (
+    LauncherConfig,
+    LocalLauncherConfig,
+    SlurmLauncherConfig,
+)
 
 
 def visible_devices(hold_s: float) -> str:
@@ -217,3 +221,38 @@ def test_each_launcher_answers_for_itself():
     }
     with pytest.raises(UsageError, match=r"launcher\.name: unknown 'nope'"):
         launcher_class("nope")
+
+
+def test_launcher_name_and_a_users_launcher_files_choose_the_schema(tmp_path: Path):
+    """``launcher.name`` still names the launcher (on the command line or in a preset), and
+    a launcher file of the user's composes onto the schema it names — or, without
+    ``defaults:``, onto the schema of the launcher its ``name`` gives."""
+    from stepscale.sweeps.study.compose import prepare_study
+    from stepscale.sweeps.study.launcher_configs import (
+        InlineLauncherConfig,
+        ProcessLauncherConfig,
+    )
+
+    conf = tmp_path / "conf"
+    (conf / "conf").mkdir(parents=True)
+    (conf / "launcher").mkdir()
+    head = "# @package _global_\ndefaults:\n  - smoke\n  - _self_\n"
+    (conf / "conf" / "named.yaml").write_text(head + "launcher: {name: inline}\n")
+    (conf / "conf" / "keyed.yaml").write_text(head + "launcher: {name: slurm, partition: a}\n")
+    schema = "defaults:\n  - slurm_schema\n  - _self_\n"
+    (conf / "launcher" / "mine.yaml").write_text(schema + "name: slurm\npartition: b\n")
+    (conf / "launcher" / "bare.yaml").write_text("name: slurm\npartition: c\naccount: d\n")
+
+    def launcher(*overrides: str) -> LauncherConfig:
+        return prepare_study(["conf=smoke", *overrides], str(conf))[1].launcher
+
+    assert type(launcher("launcher.name=process")) is ProcessLauncherConfig
+    assert type(prepare_study(["conf=named"], str(conf))[1].launcher) is InlineLauncherConfig
+    keyed = prepare_study(["conf=keyed"], str(conf))[1].launcher
+    assert isinstance(keyed, SlurmLauncherConfig) and keyed.partition == "a"
+    assert launcher("launcher.name=slurm", "launcher.partition=e").partition == "e"
+    assert launcher("launcher=mine", "launcher.qos=q").partition == "b"
+    bare = launcher("launcher=bare", "launcher.qos=q")
+    assert isinstance(bare, SlurmLauncherConfig) and (bare.account, bare.qos) == ("d", "q")
+    with pytest.raises(UsageError, match=r"launcher=local has no key 'nodes'.*launcher=slurm"):
+        launcher("launcher.nodes=2")

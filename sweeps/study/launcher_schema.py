@@ -4,7 +4,7 @@ the keys every launcher shares), which Hydra composes ``launcher=<name>`` onto
 
 The built-in launchers' schemas (`sweeps.study.launcher_configs`) live in this wing, so a
 study is typed before any launcher is imported; a launcher of one's own brings its schema
-to `sweeps.launch.launchers.register_launcher`, which registers it here. A composed
+to `sweeps.launch.registry.register_launcher`, which registers it here. A composed
 ``launcher`` section is typed by its ``name`` (`typed_launcher`); one read back from an
 older run dir, which held every launcher's keys, keeps only its own (`launcher_from_mapping`).
 """
@@ -21,8 +21,6 @@ from stepscale.sweeps.study.launcher_configs import BUILTIN, LauncherConfig
 __all__ = ["LauncherConfig", "register_schema", "schema_of", "schemas", "typed_launcher"]
 
 SCHEMA_SUFFIX = "_schema"  # the ConfigStore name of launcher X's schema: X_schema
-
-
 _SCHEMAS: dict[str, type[LauncherConfig]] = dict(BUILTIN)
 
 
