@@ -24,8 +24,8 @@ from stepscale.cli.dry_run import print_dry_run, with_existing
 from stepscale.cli.exit_codes import exit_code
 from stepscale.errors import UsageError
 from stepscale.redact import redact
-from stepscale.sweeps.launch.checks import check_launch
-from stepscale.sweeps.launch.submission import check_submission
+from stepscale.sweeps.launch.checks import check_launch, check_submission
+from stepscale.sweeps.launch.launchers import launcher_class
 from stepscale.sweeps.run.runlock import RunLock
 from stepscale.sweeps.study.compose import prepare_study
 from stepscale.sweeps.study.files import check_unchanged, make_run_dir, write_study_files
@@ -87,7 +87,7 @@ def run_study(
 
         return check_sample_log(trainer, sample_log)
     space = build_space(cfg, settable)
-    sizes = plan_points(cfg, space, trainer)
+    sizes = plan_points(cfg, space, trainer, here=launcher_class(cfg.launcher.name).on_this_machine)
     check_grid(cfg, space)
     check_sizes(cfg, len(space.points))
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name

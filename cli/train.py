@@ -65,6 +65,9 @@ _LAYOUT_KEYS = (
 def _comparable(container: Any) -> Any:
     if not isinstance(container, dict):
         raise ValueError("not a mapping")
+    # Training does not use the launcher; a run dir from before per-launcher schemas holds
+    # every launcher's keys there.
+    container.pop("launcher", None)
     for path in _LAYOUT_KEYS:
         node = container
         for key in path[:-1]:

@@ -296,6 +296,13 @@ CLASSES["writes"] = {
         *SMOKE, "storage.url={i}/t.csv/j.log", says="not a folder"
     ),
     "run: unknown launcher": case(*SMOKE, "launcher.name=foo", says="launcher.name"),
+    "run: a key of another launcher": case(
+        *SMOKE, "launcher.partition=gpu", says="launcher.partition: launcher=local has no key"
+    ),
+    "run: a key of another launcher added": case(
+        *SLURM, "+launcher.pin_cpus=false", says="launcher.pin_cpus: launcher=slurm has no key"
+    ),
+    "run: a key no launcher has": case(*SLURM, "launcher.partiton=gpu", says="launcher.partiton"),
     "run: SLURM without a controller": case(*SLURM, says="sbatch", code=1),
     "run: SLURM partition without a controller": case(
         *SLURM, "launcher.partition=gpu", says="sbatch", code=1

@@ -515,7 +515,7 @@ def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
 ) -> None:
     """Ctrl-C between asking Optuna for a trial and submitting its job: the trial is left
     stopped (not held by a heartbeat for the takeover timeout) and resumes as attempt 1."""
-    from stepscale.sweeps.launch.launchers import Launcher
+    from stepscale.sweeps.launch.base import Launcher
 
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt

@@ -1,4 +1,5 @@
-"""`sweep run … launcher=slurm --detach`: the orchestrator itself runs as a small SLURM job.
+"""`sweep run … launcher=slurm --detach`: the orchestrator itself runs as a small SLURM job
+(submitted by the launcher, one that can detach: `Launcher.submit_orchestrator`).
 
 The job asks for one CPU and a little memory (``launcher.orchestrator``) so it never takes
 a trial's resources, runs the very same `sweep run` (same overrides, same run dir, plain
@@ -19,6 +20,7 @@ import submitit
 from stepscale.errors import UsageError
 from stepscale.files import write_json_atomic
 from stepscale.rundir import JOB_JSON, ORCHESTRATOR_DIR
+from stepscale.sweeps.launch.launchers import launcher_class, launcher_names
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.trials import now_iso
 
@@ -54,55 +56,37 @@ def submit_orchestrator(
     config_dir: str | None,
     run: Callable[[list[str]], int],
 ) -> dict[str, Any]:
-    """Submit the orchestrator job, which calls ``run`` with the `sweep run` arguments of
-    this study; returns what was submitted (also written to
-    ``<run dir>/orchestrator/job.json``)."""
-    if cfg.launcher.name != "slurm":
-        raise UsageError(
-            f"--detach runs the orchestrator as a SLURM job: it needs launcher=slurm "
-            f"(got launcher={cfg.launcher.name})"
-        )
+    """Submit the orchestrator job through the study's launcher (one that can detach),
+    which calls ``run`` with the `sweep run` arguments of this study; returns what was
+    submitted (also written to ``<run dir>/orchestrator/job.json``)."""
+    launcher = launcher_class(cfg.launcher.name)
+    if not launcher.can_detach:
+        raise UsageError(detach_refusal(cfg.launcher.name))
     run_dir = run_dir.resolve()
     args = [o for o in overrides if not o.startswith("run_dir=")]
     args.append(f"run_dir={run_dir}")
     if config_dir:
         args = ["--config-dir", str(Path(config_dir).resolve()), *args]
-    oc = cfg.launcher.orchestrator
     folder = run_dir / ORCHESTRATOR_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=1000)
-    params: dict[str, Any] = {
-        "job_name": f"{cfg.name}:orchestrator",
-        "time": oc.time_min,
-        "nodes": 1,
-        "ntasks_per_node": 1,
-        "cpus_per_task": oc.cpus,
-        "mem": f"{int(oc.mem_gb * 1024)}M",
-        "signal_delay_s": 120,
-    }
-    for key, value in (
-        ("partition", oc.partition or cfg.launcher.partition),
-        ("account", oc.account or cfg.launcher.account),
-        ("qos", oc.qos or cfg.launcher.qos),
-    ):
-        if value:
-            params[key] = value
-    if oc.additional:
-        params["additional_parameters"] = dict(oc.additional)
-    executor.update_parameters(**params)
-    try:
-        job = executor.submit(OrchestratorJob(run), args, os.getcwd())
-    except Exception as exc:  # sbatch missing or refusing the job
-        message = str(exc).strip().splitlines()
-        raise UsageError(
-            f"--detach: cannot submit the orchestrator job: {message[-1] if message else exc}"
-        ) from None
+    job_id, log = launcher.submit_orchestrator(
+        cfg, folder, OrchestratorJob(run), (args, os.getcwd())
+    )
     record = {
-        "job_id": str(job.job_id),
+        "job_id": job_id,
         "submitted": now_iso(),
         "args": args,
         "cwd": os.getcwd(),
-        "log": str(folder / f"{job.job_id}_0_log.out"),
+        "log": str(log),
     }
     write_json_atomic(folder / JOB_JSON, record)
     return record
+
+
+def detach_refusal(name: str) -> str:
+    """What ``--detach`` with a launcher that cannot detach says."""
+    able = [n for n in launcher_names() if launcher_class(n).can_detach]
+    return (
+        f"--detach runs the orchestrator as a job of the launcher: it needs "
+        f"{' or '.join(f'launcher={n}' for n in able)} (got launcher={name})"
+    )

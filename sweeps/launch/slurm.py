@@ -1,6 +1,7 @@
-"""The SLURM side of the launchers: submitit parameters of a trial job, whether the
-controller still holds a job (and a warning while it does not answer), the logs of an array
-task linked into its trial, and a trial of a job that runs several (``trials_per_job``)."""
+"""The SLURM side of `launcher=slurm` (`sweeps.launch.slurm_launcher`): submitit parameters
+of a trial job and of a detached orchestrator's job, whether the controller still holds a
+job (and a warning while it does not answer), the logs of an array task linked into its
+trial, and a trial of a job that runs several (``trials_per_job``)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import submitit
 from stepscale.errors import UsageError
 from stepscale.files import read_json
 from stepscale.rundir import STATUS_JSON, TRAINER_FINAL_STATES
-from stepscale.sweeps.study.schema import LauncherConfig
+from stepscale.sweeps.study.launcher_configs import SlurmLauncherConfig
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class QueuedTrialHandle:
 
     inline = False
     slot = None
-    # ``queue``: the `sweeps.launch.launchers.JobHandle` of the job that runs the queue.
+    # ``queue``: the `sweeps.launch.jobs.JobHandle` of the job that runs the queue.
 
     def __init__(self, queue: Any, index: int, folder: Path) -> None:
         self.queue = queue
@@ -156,7 +157,7 @@ def _controller_silent(job_id: str, why: str) -> None:
     )
 
 
-def slurm_parameters(cfg: LauncherConfig, job_name: str) -> dict[str, Any]:
+def slurm_parameters(cfg: SlurmLauncherConfig, job_name: str) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for a trial job."""
     params: dict[str, Any] = {
         "job_name": job_name,
@@ -188,4 +189,29 @@ def slurm_parameters(cfg: LauncherConfig, job_name: str) -> dict[str, Any]:
     params.update({k: v for k, v in optional.items() if v is not None})
     if cfg.additional:
         params["additional_parameters"] = dict(cfg.additional)
+    return params
+
+
+def orchestrator_parameters(cfg: SlurmLauncherConfig, study: str) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for a detached orchestrator's job
+    (``launcher.orchestrator``; partition, account and QoS default to the trials')."""
+    oc = cfg.orchestrator
+    params: dict[str, Any] = {
+        "job_name": f"{study}:orchestrator",
+        "time": oc.time_min,
+        "nodes": 1,
+        "ntasks_per_node": 1,
+        "cpus_per_task": oc.cpus,
+        "mem": f"{int(oc.mem_gb * 1024)}M",
+        "signal_delay_s": 120,
+    }
+    for key, value in (
+        ("partition", oc.partition or cfg.partition),
+        ("account", oc.account or cfg.account),
+        ("qos", oc.qos or cfg.qos),
+    ):
+        if value:
+            params[key] = value
+    if oc.additional:
+        params["additional_parameters"] = dict(oc.additional)
     return params

@@ -1,7 +1,7 @@
 """Whether a launcher can submit from here, and what a failed submission says.
 
-`check_submission` runs before the run dir is made (SLURM: ``sbatch --test-only``, so a
-controller that does not answer leaves nothing behind); `submission_errors` turns an
+`check_submission` runs before the run dir is made (the launcher's own check; SLURM:
+``sbatch --test-only``, so a controller that does not answer leaves nothing behind); `submission_errors` turns an
 ``sbatch`` that refuses a trial's job later into `SubmissionFailed`: exit 1 with one
 paragraph naming the command, its exit code and what it said, the trials left queued."""
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,8 +17,6 @@ from typing import Any
 import submitit
 
 from stepscale.errors import EnvironmentFailure
-from stepscale.sweeps.launch.slurm import INHERITED_SLURM
-from stepscale.sweeps.study.schema import LauncherConfig
 
 
 class SubmissionFailed(EnvironmentFailure):
@@ -66,37 +63,3 @@ def submission_errors() -> Iterator[None]:
         raise
     # What other threads said meanwhile (a failure's own output is in its message).
     sys.stderr.write(captured.getvalue())
-
-
-def check_submission(cfg: LauncherConfig) -> None:
-    """Can this launcher submit jobs from here? For SLURM: ``sbatch`` is on PATH and the
-    controller accepts a test submission (``sbatch --test-only``: no job, nothing
-    written) of the trials' partition, account and QoS. Checked before the run dir is
-    made; a failure is the environment's (`EnvironmentFailure`, exit 1)."""
-    if cfg.name != "slurm":
-        return
-    command = ["sbatch", "--test-only", "--wrap", "true"]
-    command += [f"--{k}={v}" for k in ("partition", "account", "qos") if (v := getattr(cfg, k))]
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(INHERITED_SLURM) or k == "SLURM_CONF"
-    }
-    try:
-        res = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env, cwd="/")
-    except FileNotFoundError:
-        raise EnvironmentFailure(
-            "launcher=slurm needs SLURM's sbatch, which is not on PATH here: run the study on "
-            "a machine of the cluster (a login node), or choose launcher=local"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise EnvironmentFailure(
-            f"launcher=slurm: `{' '.join(command)}` gave no answer in 60 s (the SLURM "
-            "controller is not answering); nothing was written — try again later"
-        ) from None
-    if res.returncode != 0:
-        said = "; ".join(ln.strip() for ln in res.stderr.splitlines() if ln.strip())
-        raise EnvironmentFailure(
-            f"launcher=slurm: the cluster does not take jobs from here: `{' '.join(command)}` "
-            f"exited with code {res.returncode}: {said or 'no message'}. Nothing was written"
-        )

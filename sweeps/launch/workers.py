@@ -91,9 +91,10 @@ class Worker:
 
 
 class WarmJobHandle:
-    """A trial job running in a warm worker; the interface of `sweeps.launch.launchers.JobHandle`."""
+    """A trial job running in a warm worker; the interface of `sweeps.launch.jobs.JobHandle`."""
 
     inline = False
+    index: int | None = None  # a job of its own
 
     def __init__(
         self, worker: Worker, job_id: str, folder: Path, timeout_s: float, stale_s: float

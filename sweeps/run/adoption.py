@@ -1,9 +1,9 @@
 """Trials RUNNING in Optuna that no job of this orchestrator runs: left by a dead
 orchestrator, or run by another live one. Finished ones are told from their status.json,
 dead ones re-run from their checkpoints, live ones (another orchestrator's, or a job that
-outlived its orchestrator) are waited for; a SLURM job whose orchestrator died (e.g. a
-detached orchestrator requeued at its time limit) is taken over while it is still queued
-or running. This module finds them and reads their state; the scheduler acts.
+outlived its orchestrator) are waited for; a job that outlives its orchestrator (SLURM's;
+e.g. a detached orchestrator requeued at its time limit) is taken over while it is still
+queued or running. This module finds them and reads their state; the scheduler acts.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from stepscale.rundir import (
     TRIAL_JSON,
     trial_dir,
 )
-from stepscale.sweeps.launch.launchers import JobHandle, Launcher
+from stepscale.sweeps.launch.launchers import Launcher, TrialHandle
 from stepscale.sweeps.run.outcomes import exception_line
 from stepscale.sweeps.study.space import Point
 
@@ -87,11 +87,13 @@ def dead_job_error(folder: Path, record: dict[str, Any]) -> str | None:
     return f"{exception_line(str(trace))} (traceback and output: {paths.stderr})"
 
 
-def live_job(launcher: Launcher, folder: Path, record: dict[str, Any]) -> JobHandle | None:
-    """A handle on the SLURM job of a trial whose orchestrator died, if that job is still
-    queued or running (so it is neither waited on blindly nor run twice)."""
+def live_job(launcher: Launcher, folder: Path, record: dict[str, Any]) -> TrialHandle | None:
+    """A handle on the job of a trial whose orchestrator died, if that job outlives its
+    orchestrator and is still queued or running (so it is neither waited on blindly nor run
+    twice); one trial of it when it runs a queue of trials (``job_index``)."""
     job_id = record.get("job_id")
-    if launcher.cfg.name != "slurm" or not job_id or "trial" not in record:
+    if not launcher.jobs_outlive_orchestrator or not job_id or "trial" not in record:
         return None
     files = record.get("job_files")
-    return launcher.attach(folder, str(job_id), Path(files) if files else None)
+    index = int(record["job_index"]) if "job_index" in record else None
+    return launcher.attach(folder, str(job_id), Path(files) if files else None, index)

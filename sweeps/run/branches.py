@@ -49,7 +49,9 @@ from stepscale.rundir import (
     TRIAL_JSON,
     TRIALS_DIR,
 )
+from stepscale.sweeps.launch.launchers import launcher_class
 from stepscale.sweeps.run.branch_request import BranchRequest
+from stepscale.sweeps.study.launcher_schema import launcher_from_mapping
 from stepscale.sweeps.study.schema import (
     BudgetConfig,
     ObjectiveConfig,
@@ -124,7 +126,8 @@ def run_branch(run_dir_text: str, request: BranchRequest, argv: list[str]) -> st
     derived, space = _branch_study(cfg, tree, out, base_id, points)
     from stepscale.sweeps.study.plan import plan_points, plan_summary
 
-    sizes = plan_points(derived, space, trainer)
+    here = launcher_class(cfg.launcher.name).on_this_machine
+    sizes = plan_points(derived, space, trainer, here=here)
     _run(cfg, derived, space, run_dir, out, sizes, trainer, record, plan_summary, argv)
     return base_id
 
@@ -134,10 +137,16 @@ def study_config(run_dir: Path) -> StudyConfig:
     if not (run_dir / STUDY_JSON).is_file() or not (run_dir / CONFIG_YAML).is_file():
         raise UsageError(f"{run_dir}: not a study run dir (no study.json and config.yaml)")
     try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(StudyConfig), OmegaConf.load(run_dir / CONFIG_YAML)
+        saved = OmegaConf.load(run_dir / CONFIG_YAML)
+        # The launcher's keys are its schema's (a run dir from before per-launcher schemas
+        # holds every launcher's keys): typed apart, by its name.
+        section = saved.pop("launcher", None)
+        section = OmegaConf.to_container(section) if section is not None else {}
+        cfg: StudyConfig = OmegaConf.to_object(  # type: ignore[assignment]
+            OmegaConf.merge(OmegaConf.structured(StudyConfig), saved)
         )
-        return OmegaConf.to_object(merged)  # type: ignore[return-value]
+        cfg.launcher = launcher_from_mapping(section)  # type: ignore[arg-type]
+        return cfg
     except Exception as exc:  # an edited or foreign config.yaml
         raise UsageError(f"{run_dir}/{CONFIG_YAML} cannot be read as a study: {exc}") from None
 
@@ -393,13 +402,14 @@ def _run(
 ) -> None:
     """Write the branch directory's files (``run.json`` the provenance of its runs) and run
     its trials with the study's launcher."""
-    from stepscale.sweeps.launch.submission import check_submission
+    from stepscale.sweeps.launch.checks import check_submission
     from stepscale.sweeps.run.runlock import RunLock
     from stepscale.sweeps.study.files import make_run_dir
     from stepscale.sweeps.study.provenance import finish_provenance, write_provenance
     from stepscale.sweeps.study.storage import check_storage, open_storage, resolve
 
-    if cfg.launcher.name != "slurm":
+    here = launcher_class(cfg.launcher.name).on_this_machine
+    if here:
         try:
             builtin.configure_compile_cache(derived.train.compile_cache_dir)
         except builtin.RejectedConfig as exc:
@@ -412,7 +422,7 @@ def _run(
         storage = open_storage(storage_spec)
         write_json_atomic(out / BRANCH_JSON, record)
         write_json_atomic(out / STUDY_JSON, _study_json(derived, record))
-        write_provenance(out, storage_spec, argv, jax_devices=cfg.launcher.name != "slurm")
+        write_provenance(out, storage_spec, argv, jax_devices=here)
     lock.close()
     from stepscale.sweeps.run.display import StudyProgress
     from stepscale.sweeps.run.scheduler import Scheduler

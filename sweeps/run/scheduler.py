@@ -39,9 +39,8 @@ from stepscale.rundir import (
 from stepscale.sweeps.job import heartbeat
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.trial_job import TrialJob
-from stepscale.sweeps.launch.launchers import JobHandle, JobRequest, Launcher, QueuedTrialHandle
+from stepscale.sweeps.launch.launchers import JobRequest, TrialHandle, make_launcher
 from stepscale.sweeps.launch.submission import SubmissionFailed
-from stepscale.sweeps.launch.workers import WarmJobHandle
 from stepscale.sweeps.run import adoption, budget, orchestrators, outcomes
 from stepscale.sweeps.run.adaptive import AdaptiveRun
 from stepscale.sweeps.run.killpoints import kill_point
@@ -94,7 +93,7 @@ class Prepared:
 class Running(Prepared):
     """A trial this orchestrator has a job for."""
 
-    handle: JobHandle | WarmJobHandle | QueuedTrialHandle
+    handle: TrialHandle
 
 
 class Scheduler:
@@ -120,7 +119,7 @@ class Scheduler:
         self.sizes = sizes  # per point: horizon_steps and what a step consumes (sweeps.study.plan)
         self.horizons = {label: int(s["horizon_steps"]) for label, s in sizes.items()}
         self.progress = progress
-        self.launcher = Launcher(cfg.launcher, cfg.parallelism, cfg.heartbeat_timeout_s)
+        self.launcher = make_launcher(cfg.launcher, cfg.parallelism, cfg.heartbeat_timeout_s)
         self.owner = uuid.uuid4().hex[:12]
         self.started = time.time()
         self.lock = RunLock(run_dir)
@@ -263,9 +262,9 @@ class Scheduler:
         return Prepared(point, trial._trial_id, trial.number, folder, spec, record)
 
     def _launch(self, groups: list[list[Prepared]]) -> None:
-        """Submit prepared trials together (on SLURM, two or more jobs as one job array);
-        a group of several trials (of one point, ``launcher.trials_per_job``) runs as one
-        job, one trial after another."""
+        """Submit prepared trials together (a launcher that submits together: on SLURM,
+        two or more jobs as one job array); a group of several trials (of one point,
+        ``launcher.trials_per_job``) runs as one job, one trial after another."""
         requests = [
             [
                 JobRequest(
@@ -291,7 +290,7 @@ class Scheduler:
             raise
         for p, handle in zip([p for g in groups for p in g], handles, strict=True):
             p.record["job_id"] = handle.job_id
-            if isinstance(handle, QueuedTrialHandle):
+            if handle.index is not None:
                 p.record["job_index"] = handle.index
             if handle.files != p.folder / LOGS_DIR:
                 p.record["job_files"] = str(handle.files.resolve())
@@ -432,12 +431,10 @@ class Scheduler:
         else:
             self._failed(o.point, o.trial, o.folder, dict(o.record), error)
 
-    def _take_over(self, o: adoption.Orphan, handle: JobHandle | QueuedTrialHandle) -> None:
-        """Own the still-live SLURM job of a trial whose orchestrator died (one trial of
-        it, when the job runs a queue of them)."""
+    def _take_over(self, o: adoption.Orphan, handle: TrialHandle) -> None:
+        """Own the still-live job of a trial whose orchestrator died (one trial of it, when
+        the job runs a queue of them)."""
         heartbeat.hold(o.folder, self.owner)
-        if isinstance(handle, JobHandle) and "job_index" in o.record:
-            handle = QueuedTrialHandle(handle, int(o.record["job_index"]), o.folder)
         # The job runs with the spec it was submitted with; this one is for bookkeeping.
         attempt = int(o.record.get("attempts", 1))
         kind, seed = o.record.get("kind", "tune"), int(o.record.get("seed", self.cfg.seed))
@@ -518,10 +515,11 @@ class Scheduler:
         self._reap()
         self._adopt()
         self._grow()
-        # On SLURM, trials asked in one pass are submitted together, as one job array, and
-        # with trials_per_job > 1 several trials of one point go as one job.
-        together = self.cfg.launcher.name == "slurm"
-        per_job = self.cfg.launcher.trials_per_job if together else 1
+        # Trials asked in one pass are submitted together where the launcher does so (on
+        # SLURM as one job array), and with trials_per_job > 1 several trials of one point
+        # go as one job.
+        together = self.launcher.submits_together
+        per_job = self.launcher.trials_per_job
         batch: list[list[Prepared]] = []
 
         def in_flight() -> int:
@@ -567,7 +565,7 @@ class Scheduler:
         slot is refilled and its result told without waiting out the poll interval), and
         so does a stop signal."""
         deadline = time.monotonic() + seconds
-        watch = self.launcher.on_this_machine and bool(self.running)
+        watch = self.launcher.child_jobs and bool(self.running)
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, LOCAL_WAKE_S if watch else SIGNAL_WAKE_S))
             if self.signals.signum is not None:
@@ -611,9 +609,9 @@ class Scheduler:
         """A stop signal (Ctrl-C, SIGTERM): local trial jobs are asked to stop too (they
         may have had the signal already, from the terminal) and given time to checkpoint;
         a trial that finished meanwhile is recorded as finished, the others as stopped
-        (they resume on the next run). SLURM jobs go on and are waited for (or taken
-        over) by the next run."""
-        if self.launcher.on_this_machine:
+        (they resume on the next run). Jobs that outlive their orchestrator (SLURM's) go
+        on and are waited for (or taken over) by the next run."""
+        if self.launcher.child_jobs:
             for run in self.running.values():
                 run.handle.cancel()
             deadline = time.monotonic() + grace_s
@@ -622,7 +620,7 @@ class Scheduler:
             ):
                 time.sleep(0.05)
         for trial_id, run in list(self.running.items()):
-            if self.cfg.launcher.name == "slurm":
+            if self.launcher.jobs_outlive_orchestrator:
                 heartbeat.let_go(run.folder)
                 continue
             status = outcomes.final_status(*run.handle.outcome()) if run.handle.done() else None

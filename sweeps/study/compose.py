@@ -1,7 +1,8 @@
 """Compose a config from the packaged Hydra tree (plus a user's --config-dir) and turn
 every composition or validation failure into a `UsageError` (exit code 2): Hydra's and
-OmegaConf's errors, a preset file that is empty, not a mapping, not YAML or not UTF-8, and a
-study ``name`` that is not a plain name (`study_name`)."""
+OmegaConf's errors, a preset file that is empty, not a mapping, not YAML or not UTF-8, a
+key the chosen launcher does not have (`sweeps.study.launcher_choice`), and a study
+``name`` that is not a plain name (`study_name`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 from stepscale.errors import UsageError
 from stepscale.redact import redact
 from stepscale.sweeps.study import schema
+from stepscale.sweeps.study.launcher_choice import compose_for_launcher, unknown_launcher_keys
 from stepscale.sweeps.study.names import study_name
 from stepscale.sweeps.study.overrides import add_params, check_overrides, split_added_params
 
@@ -53,11 +55,16 @@ def compose_config(
         if not user.is_dir():
             raise UsageError(f"--config-dir {config_dir}: no such directory")
         extra.append(f"hydra.searchpath=[file://{user}]")
-    for preset in _preset_files(overrides, user):
+    presets = _preset_files(overrides, user)
+    for preset in presets:
         check_preset_file(preset)
-    try:
+
+    def composed(chosen: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="sweep"):
-            cfg = compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
+            return compose("config", overrides=[*chosen, *extra], return_hydra_config=True)
+
+    try:
+        cfg = compose_for_launcher(composed, overrides, presets, user)
     except (HydraException, OmegaConfBaseException) as exc:
         raise UsageError(redact(_explain(exc) + _nearby_preset(overrides, user))) from None
     except yaml.YAMLError as exc:  # a group file of the user's (the preset was checked above)
@@ -185,7 +192,10 @@ class open_struct_free:
 
 def to_object(cfg: DictConfig) -> Any:
     """The typed dataclass instance of a composed config; missing, ill-typed or unknown
-    keys → UsageError naming the key."""
+    keys → UsageError naming the key (and, under ``launcher``, the launcher)."""
+    wrong_launcher_keys = unknown_launcher_keys(cfg)
+    if wrong_launcher_keys:
+        raise UsageError("; ".join(wrong_launcher_keys))
     unknown = _unknown_keys(cfg)
     if unknown:
         raise UsageError(

@@ -34,13 +34,13 @@ def range_ends(space: SearchSpace, point: Point) -> list[dict[str, Any]]:
 
 
 def plan_points(
-    cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec
+    cfg: StudyConfig, space: SearchSpace, trainer: TrainerSpec, *, here: bool
 ) -> dict[str, dict[str, Any]]:
     """Validate every point's trainer config (the trainer's ``validate``, at the ends of
     the nuisance ranges), and every batch size an adaptive study may add; returns per-point
-    horizons and sizes."""
-    # SLURM's devices are not this machine's: the jobs check them, and no memory check
-    check = kind_of(trainer).validator(here=cfg.launcher.name != "slurm")
+    horizons and sizes. ``here``: the launcher runs trials on this machine (its devices
+    and memory are the trials'; `Launcher.on_this_machine`)."""
+    check = kind_of(trainer).validator(here=here)
     out = {}
     every = (*space.points, *space.candidates)  # candidates: batch sizes it may add
     progress = _Progress(len(every))

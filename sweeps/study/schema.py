@@ -2,7 +2,8 @@
 
 The root is the built-in trainer's config (`TrainerConfig`: model, data, optimizer,
 schedule, train), the trainer of the trials (`trainer`, the built-in one by default) plus the study: scientific × nuisance × fixed parameters, budget,
-objective, sampler, pruner, launcher and storage (docs/search-space.md). `sweep train` reads only
+objective, sampler, pruner, launcher (its schema per launcher: `sweeps.study.launcher_schema`)
+and storage (docs/search-space.md). `sweep train` reads only
 the trainer part; `sweep run` reads everything.
 """
 
@@ -12,10 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepscale.rundir import QUANTITIES
+from stepscale.sweeps.study.launcher_configs import OrchestratorJobConfig
+from stepscale.sweeps.study.launcher_schema import LauncherConfig, store_schemas
 from stepscale.sweeps.trainers.builtin import TrainerConfig
 
 SCHEMA_NAME = "stepscale_schema"
-__all__ = ["QUANTITIES"]
+__all__ = ["QUANTITIES", "LauncherConfig", "OrchestratorJobConfig"]
 
 
 @dataclass
@@ -169,59 +172,6 @@ class PrunerConfig:
 
 
 @dataclass
-class OrchestratorJobConfig:
-    """The SLURM job a detached sweep (``sweep run --detach``) runs its orchestrator in:
-    one CPU and a little memory, so it never takes a trial's resources. When its time
-    limit nears it requeues itself and the new orchestrator adopts the running trials."""
-
-    partition: str | None = None  # default: the trials' partition
-    account: str | None = None
-    qos: str | None = None
-    time_min: int = 24 * 60
-    cpus: int = 1
-    mem_gb: float = 2.0
-    additional: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class LauncherConfig:
-    """How trials run: submitit executor chosen explicitly (never auto-detected)."""
-
-    name: str = "local"  # local (warm workers) | process (a process per trial) | slurm | inline
-    timeout_min: int = 60 * 24
-    # Warm workers (local): cores of their own when several share a CPU machine; replaced
-    # after this many trials or above this resident memory (None: half of the machine's
-    # memory shared among the workers).
-    pin_cpus: bool = True
-    worker_max_trials: int = 100
-    worker_max_rss_gb: float | None = None
-    gpus_per_trial: int | None = None  # GPUs each trial's job gets; None = local: all, slurm: none
-    poll_s: float = 0.5
-    # SLURM
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time_min: int = 60
-    nodes: int = 1
-    tasks_per_node: int = 1
-    gpus_per_task: int | None = None
-    cpus_per_task: int | None = None
-    mem_gb: float | None = None
-    constraint: str | None = None
-    gpus_per_node: int | None = None
-    array_parallelism: int = 256
-    setup: list[str] = field(default_factory=list)  # shell lines before each job (module load …)
-    signal_delay_s: int = 90  # SLURM sends USR2 this long before the time limit
-    max_requeues: int = 20  # time-limit requeues of one trial job (preemptions: unlimited)
-    # Trials of one point one SLURM job runs one after another in one allocation (the later
-    # ones start warm); `parallelism` still counts trials.
-    trials_per_job: int = 1
-    state_poll_s: float = 15.0  # re-read SLURM job states (sacct) at least this often
-    additional: dict[str, Any] = field(default_factory=dict)  # any other sbatch option
-    orchestrator: OrchestratorJobConfig = field(default_factory=OrchestratorJobConfig)
-
-
-@dataclass
 class StorageConfig:
     """Where Optuna keeps the studies."""
 
@@ -249,6 +199,8 @@ class StudyConfig(TrainerConfig):
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     pruner: PrunerConfig = field(default_factory=PrunerConfig)
+    # How trials run: the shared keys here, each launcher's own in its schema
+    # (sweeps.study.launcher_schema; `launcher=NAME` composes onto it).
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     parallelism: int = 1
@@ -263,8 +215,10 @@ class StudyConfig(TrainerConfig):
 
 
 def register() -> None:
-    """Register the root schema (idempotent). Hydra is imported here, not at the top, so
-    that a trial job, which reads these dataclasses, never imports it."""
+    """Register the root schema and every launcher's schema (idempotent). Hydra is imported
+    here, not at the top, so that a trial job, which reads these dataclasses, never
+    imports it."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name=SCHEMA_NAME, node=StudyConfig)
+    store_schemas()

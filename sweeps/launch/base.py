@@ -1,0 +1,179 @@
+"""The launcher interface: what every launcher does, and what the scheduler may ask it.
+
+A launcher submits a trial's job (``fn(*args)`` started in the trial's folder, logs in
+``<trial>/logs/``) and answers with a `TrialHandle`; it may submit several jobs at once
+(`Launcher.submit_together`) or a queue of trials as one job (`Launcher.submit_queues`),
+attach again to a job of a dead orchestrator by its id (`Launcher.attach`), refresh job
+states (`Launcher.refresh`), check its own settings (`Launcher.check`) and its environment
+(`Launcher.check_submission`) before anything is written, and — when it can — run the
+orchestrator itself as a job (`Launcher.submit_orchestrator`, ``sweep run --detach``).
+
+Its capabilities are class attributes the scheduler reads instead of the launcher's name.
+A launcher is one class with a ``name``, a ``config`` (its schema, a subclass of
+`LauncherConfig`) and `sweeps.launch.launchers.register_launcher` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from stepscale.errors import UsageError
+from stepscale.sweeps.study.launcher_schema import LauncherConfig
+from stepscale.sweeps.study.schema import StudyConfig
+
+
+@dataclass
+class JobRequest:
+    """One job to submit: ``fn(*args)``, started in ``folder``, logs in ``folder/logs``."""
+
+    folder: Path
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    name: str = "stepscale"
+    key: str | None = None  # jobs of one key share shapes (a point): see Launcher.submit
+
+
+class TrialHandle(Protocol):
+    """A submitted trial job, as the scheduler follows it."""
+
+    @property
+    def job_id(self) -> str:
+        """The launcher's id of the job (recorded in trial.json, given back to `attach`)."""
+        ...
+
+    @property
+    def files(self) -> Path:
+        """The folder of the job's files (recorded when it is not ``<trial>/logs``)."""
+        ...
+
+    @property
+    def log(self) -> Path | None:
+        """The job's error stream, where a failed trial's traceback is."""
+        ...
+
+    @property
+    def index(self) -> int | None:
+        """The trial's place in a job that runs a queue of trials (None: a job of its own)."""
+        ...
+
+    def done(self) -> bool:
+        """Has the job (or this trial of it) ended, in any way?"""
+        ...
+
+    def outcome(self) -> tuple[bool, Any]:
+        """(True, result) or (False, error), once done."""
+        ...
+
+    def cancel(self) -> None:
+        """Ask the job to stop (its trial checkpoints and ends)."""
+        ...
+
+
+class Launcher(ABC):
+    """Submits trial jobs; one subclass per launcher, registered by name."""
+
+    name: ClassVar[str]
+    config: ClassVar[type[LauncherConfig]]
+    # Trials run on this machine and see its devices: the plan checks `train.devices` here,
+    # the compile cache is set up here, run.json records this machine's devices.
+    on_this_machine: ClassVar[bool] = True
+    # Jobs are processes this orchestrator started here: it looks at them often (a slot is
+    # refilled the moment one ends) and stops them with itself (Ctrl-C, SIGTERM).
+    child_jobs: ClassVar[bool] = False
+    # Jobs asked for in one pass are submitted together (`submit_together`), not one by one.
+    submits_together: ClassVar[bool] = False
+    # Jobs go on without their orchestrator (a stop signal leaves them to the next one,
+    # which finds them again with `attach`).
+    jobs_outlive_orchestrator: ClassVar[bool] = False
+    # The orchestrator itself can run as a job of this launcher (`sweep run --detach`).
+    can_detach: ClassVar[bool] = False
+
+    def __init__(
+        self, cfg: LauncherConfig, parallelism: int = 1, heartbeat_timeout_s: float = 0.0
+    ) -> None:
+        self.cfg: Any = cfg  # an instance of `config`
+        self.parallelism = parallelism
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+
+    @property
+    def trials_per_job(self) -> int:
+        """How many trials of one point one job may run one after another (`submit_queues`)."""
+        return 1
+
+    @abstractmethod
+    def submit(
+        self,
+        folder: Path,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str = "stepscale",
+        key: str | None = None,
+    ) -> TrialHandle:
+        """Submit ``fn(*args)`` as a job named ``name``, started in ``folder`` (logs in
+        ``folder/logs``). ``key``: jobs of one key (a point) share shapes."""
+
+    def submit_together(
+        self, requests: list[JobRequest], array_folder: Path, name: str = "stepscale"
+    ) -> list[TrialHandle]:
+        """Submit jobs asked for at the same time (``array_folder``: where a launcher that
+        groups them keeps the group's files); by default one by one, as by `submit`."""
+        return [self.submit(r.folder, r.fn, *r.args, name=r.name, key=r.key) for r in requests]
+
+    def submit_queues(
+        self, queues: list[list[JobRequest]], array_folder: Path, name: str = "stepscale"
+    ) -> list[list[TrialHandle]]:
+        """Submit each queue (trials of one point) as one job running them one after
+        another; only a launcher whose `trials_per_job` can exceed 1 is asked."""
+        raise NotImplementedError(f"launcher={self.name} runs one trial per job")
+
+    def attach(
+        self, folder: Path, job_id: str, files: Path | None = None, index: int | None = None
+    ) -> TrialHandle | None:
+        """A handle on a job submitted by an orchestrator that died, if it is still queued
+        or running (``files``: its files' folder when not ``folder/logs``; ``index``: the
+        trial's place in a job that runs a queue). None: it has ended, or this launcher's
+        jobs do not outlive their orchestrator."""
+        return None
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read job states now and then (``force``: now); nothing to re-read by default."""
+        return None
+
+    def close(self) -> None:
+        """Release what the launcher holds (warm workers end), at the end of a run;
+        nothing by default."""
+        return None
+
+    @classmethod
+    def check(cls, cfg: StudyConfig) -> None:
+        """Refuse (`UsageError`) settings this launcher cannot run, before the run dir is
+        made; subclasses add their own keys' checks to the shared ones."""
+        lc = cfg.launcher
+        if lc.timeout_min < 1:
+            raise UsageError(f"launcher.timeout_min must be at least 1, got {lc.timeout_min}")
+        if not lc.poll_s > 0:
+            raise UsageError(f"launcher.poll_s must be positive, got {lc.poll_s}")
+        if lc.gpus_per_trial is not None and lc.gpus_per_trial < 0:
+            raise UsageError(f"launcher.gpus_per_trial must be 0 or more, got {lc.gpus_per_trial}")
+
+    @classmethod
+    def check_submission(cls, cfg: LauncherConfig) -> None:
+        """Can jobs be submitted from here? A failure is the environment's
+        (`EnvironmentFailure`, exit 1); checked before the run dir is made. Nothing to
+        check by default."""
+        return None
+
+    @classmethod
+    def submit_orchestrator(
+        cls, cfg: StudyConfig, folder: Path, job: Callable[..., int], args: tuple[Any, ...]
+    ) -> tuple[str, Path]:
+        """Submit ``job(*args)`` (the orchestrator) as a job of this launcher, its files in
+        ``folder``; returns (job id, its log). Only when `can_detach`."""
+        raise UsageError(
+            f"--detach runs the orchestrator as a job of a launcher that can detach it "
+            f"(launcher=slurm); launcher={cls.name} cannot"
+        )
