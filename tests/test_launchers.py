@@ -150,7 +150,7 @@ def _study_files(run_dir: Path, overrides: list[str]) -> None:
     from stepscale.sweeps.study.compose import prepare_study
     from stepscale.sweeps.study.files import make_run_dir, write_study_files
     from stepscale.sweeps.study.space import build_space
-    from stepscale.sweeps.trainers.spec import study_trainer
+    from stepscale.sweeps.trainers.kinds import study_trainer
 
     raw, cfg, _ = prepare_study(overrides, None)
     space = build_space(cfg, study_trainer(cfg, None)[1])
