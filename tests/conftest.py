@@ -22,11 +22,18 @@ from pathlib import Path
 
 import pytest
 
-_CACHE = tempfile.mkdtemp(prefix="stepscale-jax-cache-")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-# Every test of this worker compiles through one persistent compilation cache: the tiny
-# configs the tests share compile once per worker, not once per test (tests/helpers.py
-# TEST_COMPILE_CACHE; the subprocesses that tests start inherit it).
+# Every test of the session compiles through one persistent compilation cache, shared by
+# the pytest-xdist workers: the tiny configs the tests share compile once per session, not
+# once per worker or per test (tests/helpers.py TEST_COMPILE_CACHE; the subprocesses that
+# tests start inherit it). The workers are children of the controller, so its pid names
+# the folder for all of them; the controller, the last to exit, removes it.
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+_CACHE = os.path.join(
+    tempfile.gettempdir(), f"stepscale-jax-cache-{os.getppid() if _WORKER else os.getpid()}"
+)
+os.makedirs(_CACHE, exist_ok=True)
+if not _WORKER:
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["STEPSCALE_TEST_COMPILE_CACHE"] = _CACHE
 
 
