@@ -376,76 +376,51 @@ def test_scancel_is_a_failure_and_is_retried(
     assert first not in squeue_ids()
 
 
-def test_detached_sweep_status_report(slurm: Path, tmp_path: Path, compile_cache):
+def test_a_detached_sweep_stops_resumes_survives_its_time_limit_and_reports(
+    slurm: Path, tmp_path: Path, compile_cache
+):
+    """One detached study through its life. `--detach` returns at once (submitted from a
+    directory holding its own models/, analysis/ and sweeps/ packages). `sweep stop` ends
+    the orchestrator and the trial job; the trial is stopped, checkpointed, as the same
+    attempt. The same command resumes it from its checkpoint. The orchestrator's time limit
+    (USR2) requeues the orchestrator, and the new one owns the trial job that kept running:
+    no second run of the trial, no lost result. `sweep status` and `sweep report` read the
+    finished study."""
     run_dir = tmp_path / "run"
-    started = time.monotonic()
-    # Submitted from a directory holding its own models/, analysis/ and sweeps/ packages.
     user = shadowing_packages(tmp_path / "user")
-    out = sweep(
-        ["run", "conf=smoke", "scientific.batch_size.values=[8]", *SLURM, f"run_dir={run_dir}",
-         "--detach"],
-        cwd=user,
-        cache=compile_cache,
-    )  # fmt: skip
+    args = [*LONG, *SLURM, f"run_dir={run_dir}"]
+    started = time.monotonic()
+    out = sweep(["run", *args, "--detach"], cwd=user, cache=compile_cache)
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - started < 60  # returns at once, does not wait for the study
-    job = read_json(run_dir / "orchestrator" / "job.json")
-    assert f"SLURM job {job['job_id']}" in out.stdout
-    assert f"sweep status {run_dir}" in out.stdout and f"sweep stop {run_dir}" in out.stdout
-
-    def finished() -> bool:
-        status = sweep(["status", str(run_dir), "--json"])
-        assert status.returncode == 0, status.stderr
-        return json.loads(status.stdout)["finished"]
-
-    _wait(finished, 240, "the detached study to finish", every=2)
-    assert_exact_budget(run_dir, "smoke", per_point=3, points=1)
-    _wait_for_sacct(job["job_id"], "COMPLETED")
-    text = sweep(["status", str(run_dir)])
-    assert "finished" in text.stdout and f"detached job {job['job_id']}" in text.stdout
-    report = sweep(["report", str(run_dir)])
-    assert report.returncode == 0, report.stderr
-    assert (run_dir / "report" / "index.html").is_file()
-
-
-def test_stop_ends_a_detached_sweep_and_run_resumes_it(slurm: Path, tmp_path: Path, compile_cache):
-    run_dir = tmp_path / "run"
-    args = [*LONG, *SLURM, f"run_dir={run_dir}"]
-    out = sweep(["run", *args, "--detach"], cache=compile_cache)
-    assert out.returncode == 0, out.stderr
     orch = read_json(run_dir / "orchestrator" / "job.json")["job_id"]
-    _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 180, "the trial to train")
+    assert f"SLURM job {orch}" in out.stdout
+    assert f"sweep status {run_dir}" in out.stdout and f"sweep stop {run_dir}" in out.stdout
+    folder = lambda: _only_trial(run_dir)  # noqa: E731 (the folder exists once asked)
+    _wait(lambda: _last_step(folder()) >= 300, 180, "the trial to train")
     trial_job = _job_id(run_dir)
+
+    # 1. `sweep stop`: both jobs end, the trial is stopped at its step as the same attempt.
     stop = sweep(["stop", str(run_dir)])
-    assert stop.returncode == 0, stop.stderr
-    assert "stopped" in stop.stderr
+    assert stop.returncode == 0 and "stopped" in stop.stderr, stop.stderr
     _wait(lambda: orch not in squeue_ids() and trial_job not in squeue_ids(), 60, "jobs to end")
-    record = read_json(_only_trial(run_dir) / "trial.json")
+    record = read_json(folder() / "trial.json")
     assert record["state"] == "stopped" and record["attempts"] == 1
-    stopped_at = _last_step(_only_trial(run_dir))
+    stopped_at = _last_step(folder())
     assert 300 <= stopped_at < 5000
     status = json.loads(sweep(["status", str(run_dir), "--json"]).stdout)
     assert not status["finished"] and status["orchestrators"] == []
-    # The same command resumes: the trial goes on from its checkpoint, as the same attempt.
-    again = sweep(["run", *args], cache=compile_cache)
+
+    # 2. The same command resumes it (detached again): the trial goes on from its checkpoint.
+    again = sweep(["run", *args, "--detach"], cwd=user, cache=compile_cache)
     assert again.returncode == 0, again.stderr
-    record = read_json(_only_trial(run_dir) / "trial.json")
-    assert record["state"] == "complete" and record["attempts"] == 1
-    assert _resume_steps(_only_trial(run_dir))[-1] >= 300
-    assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
-
-
-def test_a_requeued_orchestrator_takes_over_its_running_trial(
-    slurm: Path, tmp_path: Path, compile_cache
-):
-    """The detached orchestrator's time limit (USR2): it requeues itself, and the new one
-    owns the trial job that kept running: no second run of the trial, no lost result."""
-    run_dir = tmp_path / "run"
-    out = sweep(["run", *LONG, *SLURM, f"run_dir={run_dir}", "--detach"], cache=compile_cache)
-    assert out.returncode == 0, out.stderr
     orch = read_json(run_dir / "orchestrator" / "job.json")["job_id"]
-    _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 180, "the trial to train")
-    trial_job = _job_id(run_dir)
+    _wait(lambda: _resume_steps(folder()), 120, "the trial to resume")
+    assert _resume_steps(folder())[-1] >= 300
+    resumed_job = _job_id(run_dir)
+    assert resumed_job != trial_job
+
+    # 3. The orchestrator's time limit: it requeues itself and its successor takes over.
     subprocess.run(["scancel", "--signal=USR2", orch], check=True)
     _runs_again_after_requeue(orch)
 
@@ -455,14 +430,21 @@ def test_a_requeued_orchestrator_takes_over_its_running_trial(
     try:
         _wait(finished, 600, "the study to finish", every=2)
     except AssertionError as err:
-        raise AssertionError(f"{err}\n{_slurm_story(orch, trial_job)}") from None
-    record = read_json(_only_trial(run_dir) / "trial.json")
+        raise AssertionError(f"{err}\n{_slurm_story(orch, resumed_job)}") from None
+    record = read_json(folder() / "trial.json")
     assert record["state"] == "complete" and record["attempts"] == 1
-    assert record["job_id"] == trial_job  # the same job ran to its end
-    assert job_events(_only_trial(run_dir)) == ["start"]
+    assert record["job_id"] == resumed_job  # the same job ran to its end
+    # one job stopped, one resumed; the orchestrator's requeue started no other
+    assert job_events(folder()) == ["start", "stopped", "resume"]
     assert_exact_budget(run_dir, "smoke", per_point=1, points=1)
     run = read_json(run_dir / "run.json")
-    assert len(run["sessions"]) == 2 and run["ended"] is not None  # two orchestrator runs
+    assert len(run["sessions"]) == 3 and run["ended"] is not None  # three orchestrators
+    _wait_for_sacct(orch, "COMPLETED")
+    text = sweep(["status", str(run_dir)])
+    assert "finished" in text.stdout and f"detached job {orch}" in text.stdout
+    report = sweep(["report", str(run_dir)])
+    assert report.returncode == 0, report.stderr
+    assert (run_dir / "report" / "index.html").is_file()
 
 
 def test_a_trial_spans_two_slurm_tasks_with_jax_distributed(
