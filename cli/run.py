@@ -24,7 +24,7 @@ from stepscale.cli.dry_run import print_dry_run, with_existing
 from stepscale.cli.exit_codes import exit_code
 from stepscale.errors import UsageError
 from stepscale.redact import redact
-from stepscale.sweeps.launch.checks import check_launch, check_submission
+from stepscale.sweeps.launch.checks import check_launch, check_run_dir, check_submission
 from stepscale.sweeps.launch.launchers import launcher_class
 from stepscale.sweeps.run.runlock import RunLock
 from stepscale.sweeps.study.compose import prepare_study
@@ -99,6 +99,7 @@ def run_study(
     # missing sbatch leave no run dir behind).
     check_storage(storage_spec, run_dir)
     check_submission(cfg.launcher)
+    check_run_dir(cfg.launcher, run_dir)  # the launcher's jobs see it (Ray: every node)
     if dry_run:
         print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json)
         return 0
@@ -121,7 +122,7 @@ def run_study(
         from stepscale.sweeps.launch.detach import submit_orchestrator
 
         job = submit_orchestrator(cfg, run_dir, overrides, config_dir, run_orchestrator)
-        _print_detached(job, run_dir)
+        _print_detached(job, run_dir, launcher_class(cfg.launcher.name).job_noun)
         return 0
 
     from stepscale.sweeps.run.display import StudyProgress
@@ -197,7 +198,7 @@ def _render_report(run_dir: Path) -> str | None:
 
 
 def run_orchestrator(args: list[str]) -> int:
-    """`sweep run ARGS` inside the detached orchestrator's SLURM job (`sweeps.launch.detach`),
+    """`sweep run ARGS` inside the detached orchestrator's job (`sweeps.launch.detach`),
     with the command line's exit codes; ``args`` as `sweeps.launch.detach` wrote them."""
     from stepscale.sweeps.launch.detach import split_args
 
@@ -214,8 +215,8 @@ def run_orchestrator(args: list[str]) -> int:
     )
 
 
-def _print_detached(job: dict[str, Any], run_dir: Path) -> None:
-    print(f"submitted orchestrator as SLURM job {job['job_id']} (run dir {run_dir})")
+def _print_detached(job: dict[str, Any], run_dir: Path, noun: str) -> None:
+    print(f"submitted orchestrator as {noun} {job['job_id']} (run dir {run_dir})")
     print(f"  follow:  sweep status {run_dir}    (log: {job['log']})")
     print(f"  stop:    sweep stop {run_dir}")
     print(f"  report:  sweep report {run_dir}")

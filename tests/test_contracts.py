@@ -261,6 +261,30 @@ def test_installed_names_live_under_stepscale_only(tmp_path: Path) -> None:
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
 
 
+RAY_MODULES = {
+    "stepscale.sweeps.launch.ray_cluster",
+    "stepscale.sweeps.launch.ray_detach",
+    "stepscale.sweeps.launch.ray_host",
+    "stepscale.sweeps.launch.ray_launcher",
+    "stepscale.sweeps.launch.ray_pool",
+}
+
+
+def test_only_the_ray_launchers_modules_import_ray() -> None:
+    """Ray is an extra (`stepscale[ray]`): only `launcher=ray`'s own modules import it, and
+    nothing loads it until that launcher is chosen."""
+    files = {_module_name(p): p for top in FOLDERS for p in (ROOT / top).rglob("*.py")}
+    importers = {m for m, p in files.items() if any(_within(i, "ray") for i in _imports(p, m))}
+    assert importers and importers <= RAY_MODULES, importers - RAY_MODULES
+    assert {m for m in GRAPH if m.startswith("stepscale.sweeps.launch.ray")} == RAY_MODULES
+    # The launcher's module (registered with every built-in launcher) imports Ray only
+    # inside the functions that run once launcher=ray is chosen.
+    modules = (
+        "stepscale.cli.main, stepscale.sweeps.launch.launchers, stepscale.sweeps.run.scheduler"
+    )
+    assert _loaded_by(modules, {"ray"}, prefix="stepscale.sweeps.launch.ray_p") == "[]"
+
+
 def test_a_trial_job_imports_neither_hydra_nor_the_analysis() -> None:
     modules = "stepscale.sweeps.job.trial_job, stepscale.sweeps.job.worker_main"
     assert _loaded_by(modules, {"hydra", "matplotlib", "xarray"}) == "[]"

@@ -209,15 +209,18 @@ def test_each_launcher_answers_for_itself():
     """What the scheduler asks instead of the launcher's name."""
     from stepscale.sweeps.launch.launchers import launcher_class, launcher_names
 
-    assert launcher_names()[:4] == ["local", "process", "slurm", "inline"]
+    assert launcher_names()[:5] == ["local", "process", "slurm", "inline", "ray"]
     asked = ("on_this_machine", "child_jobs", "submits_together", "jobs_outlive_orchestrator")
     table = {n: [getattr(launcher_class(n), a) for a in (*asked, "can_detach")]
-             for n in ("local", "process", "slurm", "inline")}  # fmt: skip
+             for n in ("local", "process", "slurm", "inline", "ray")}  # fmt: skip
     assert table == {
         "local": [True, True, False, False, False],
         "process": [True, True, False, False, False],
         "slurm": [False, False, True, True, True],
         "inline": [True, False, False, False, False],
+        # Ray's actors end with their orchestrator (which stops them on Ctrl-C), so the
+        # orchestrator follows them as closely as its own processes.
+        "ray": [False, True, False, False, True],
     }
     with pytest.raises(UsageError, match=r"launcher\.name: unknown 'nope'"):
         launcher_class("nope")

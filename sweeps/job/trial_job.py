@@ -187,9 +187,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     os.environ.update(spec.env)
     os.environ.update(trial_env(spec, folder))
     # In a trial of several tasks (jax.distributed) every task trains, task 0 reports.
-    leader = (
-        int(os.environ.get("SLURM_PROCID", os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0"))) == 0
-    )
+    leader = task_index() == 0
     loggers = MetricLoggers(list(spec.loggers) if leader else [], folder, run_info(spec))
     with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat, loggers:
         trial, reported = _optuna_trial(spec)
@@ -214,6 +212,15 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         stop.finish_stop()
         raise AssertionError("unreachable")
     return _final_status(spec, folder, status) if leader else status
+
+
+def task_index() -> int:
+    """This process's place in a trial of several (SLURM's task, submitit's local task,
+    or the process id a launcher gives through STEPSCALE_PROCESS_ID, `launcher=ray`)."""
+    for var in ("SLURM_PROCID", "SUBMITIT_LOCAL_GLOBALID", "STEPSCALE_PROCESS_ID"):
+        if os.environ.get(var):
+            return int(os.environ[var])
+    return 0
 
 
 def _train(spec: TrialSpec, reporter: TrialReporter, stop: StopSignals) -> Any:

@@ -11,6 +11,8 @@ orchestrator itself as a job (`Launcher.submit_orchestrator`, ``sweep run --deta
 Its capabilities are class attributes the scheduler reads instead of the launcher's name.
 A launcher is one class with a ``name``, a ``config`` (its schema, a subclass of
 `LauncherConfig`) and `sweeps.launch.launchers.register_launcher` (docs/architecture.md).
+A handle whose job was interrupted from outside (its node died) may say so
+(`was_interrupted`): the trial runs again as the same attempt, no retry used up.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ class Launcher(ABC):
     jobs_outlive_orchestrator: ClassVar[bool] = False
     # The orchestrator itself can run as a job of this launcher (`sweep run --detach`).
     can_detach: ClassVar[bool] = False
+    # What its jobs are called in messages ("submitted orchestrator as SLURM job 42").
+    job_noun: ClassVar[str] = "job"
 
     def __init__(
         self, cfg: LauncherConfig, parallelism: int = 1, heartbeat_timeout_s: float = 0.0
@@ -168,6 +172,14 @@ class Launcher(ABC):
         return None
 
     @classmethod
+    def check_run_dir(cls, cfg: LauncherConfig, run_dir: Path) -> None:
+        """Can the trials' jobs reach the run dir (``run_dir``, which may not exist yet)?
+        Refused with a `UsageError`; checked before the run dir is made. Nothing to check
+        by default (jobs run on this machine, or on a cluster whose shared storage is the
+        user's setup)."""
+        return None
+
+    @classmethod
     def submit_orchestrator(
         cls, cfg: StudyConfig, folder: Path, job: Callable[..., int], args: tuple[Any, ...]
     ) -> tuple[str, Path]:
@@ -177,3 +189,27 @@ class Launcher(ABC):
             f"--detach runs the orchestrator as a job of a launcher that can detach it "
             f"(launcher=slurm); launcher={cls.name} cannot"
         )
+
+    @classmethod
+    def orchestrator_record(cls, cfg: StudyConfig) -> dict[str, Any]:
+        """What `orchestrator_pending` and `cancel_orchestrator` need to find a detached
+        orchestrator's job again, beyond its id (kept in ``orchestrator/job.json``)."""
+        return {}
+
+    @classmethod
+    def orchestrator_pending(cls, job: dict[str, Any]) -> bool:
+        """Is the detached orchestrator's job (its ``job.json`` record) still waiting to
+        start, so that it would never see a stop request?"""
+        return False
+
+    @classmethod
+    def cancel_orchestrator(cls, job: dict[str, Any]) -> None:
+        """Cancel the detached orchestrator's job (its ``job.json`` record)."""
+        return None
+
+
+def was_interrupted(handle: TrialHandle) -> bool:
+    """Was the handle's job interrupted from outside — its node died — rather than failed?
+    A launcher's handle says so with an ``interrupted`` attribute (`launcher=ray`); the
+    scheduler then runs the trial again as the same attempt, from its checkpoint."""
+    return bool(getattr(handle, "interrupted", False))

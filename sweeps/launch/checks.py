@@ -2,9 +2,12 @@
 submit from here, before the run dir is made: the launcher named must be registered, able
 to detach when asked to, and content with its own settings (each launcher checks its keys:
 `Launcher.check`) and its environment (`Launcher.check_submission`; SLURM: ``sbatch
---test-only``, so a controller that does not answer leaves nothing behind)."""
+--test-only``, so a controller that does not answer leaves nothing behind), and whether
+its jobs see the run dir (`Launcher.check_run_dir`; Ray: a probe on every node)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from stepscale.errors import UsageError
 from stepscale.sweeps.study.launcher_schema import LauncherConfig
@@ -28,3 +31,11 @@ def check_submission(cfg: LauncherConfig) -> None:
     from stepscale.sweeps.launch.launchers import launcher_class
 
     launcher_class(cfg.name).check_submission(cfg)
+
+
+def check_run_dir(cfg: LauncherConfig, run_dir: Path) -> None:
+    """Can this launcher's jobs reach ``run_dir`` (Ray: a probe on every node)? A refusal
+    is a `UsageError`; nothing is written."""
+    from stepscale.sweeps.launch.launchers import launcher_class
+
+    launcher_class(cfg.name).check_run_dir(cfg, run_dir)

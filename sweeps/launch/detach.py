@@ -1,5 +1,6 @@
 """`sweep run … launcher=slurm --detach`: the orchestrator itself runs as a small SLURM job
-(submitted by the launcher, one that can detach: `Launcher.submit_orchestrator`).
+(submitted by the launcher, one that can detach: `Launcher.submit_orchestrator`; with
+`launcher=ray` a Ray job, `sweeps.launch.ray_detach`).
 
 The job asks for one CPU and a little memory (``launcher.orchestrator``) so it never takes
 a trial's resources, runs the very same `sweep run` (same overrides, same run dir, plain
@@ -78,6 +79,8 @@ def submit_orchestrator(
         "args": args,
         "cwd": os.getcwd(),
         "log": str(log),
+        "launcher": cfg.launcher.name,
+        **launcher.orchestrator_record(cfg),
     }
     write_json_atomic(folder / JOB_JSON, record)
     return record

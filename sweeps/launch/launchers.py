@@ -8,7 +8,9 @@ its own, registered with `sweeps.launch.registry.register_launcher`:
   (submitit LocalExecutor), for trainers that leak global state from one run to the next;
 - ``slurm`` (`sweeps.launch.slurm_launcher`): one SLURM job per trial (submitit
   SlurmExecutor), job arrays, queues of trials per job, requeues;
-- ``inline`` (`sweeps.launch.inline`): in this process, one trial at a time (debugging).
+- ``inline`` (`sweeps.launch.inline`): in this process, one trial at a time (debugging);
+- ``ray`` (`sweeps.launch.ray_launcher`): warm workers on a Ray cluster, multi-host trials
+  (the ``stepscale[ray]`` extra; Ray is imported only once it is chosen).
 
 The scheduler and the commands ask the launcher (`make_launcher`, `launcher_class`) what it
 can do; none of them compares its name.
@@ -17,7 +19,7 @@ can do; none of them compares its name.
 from __future__ import annotations
 
 from stepscale.errors import UsageError
-from stepscale.sweeps.launch import inline, local, process, slurm_launcher
+from stepscale.sweeps.launch import inline, local, process, ray_launcher, slurm_launcher
 from stepscale.sweeps.launch.base import JobRequest, Launcher, TrialHandle
 from stepscale.sweeps.launch.registry import REGISTERED, register_launcher
 from stepscale.sweeps.study.launcher_schema import LauncherConfig, schemas, typed_launcher
@@ -38,6 +40,7 @@ BUILTIN: tuple[type[Launcher], ...] = (
     process.ProcessLauncher,
     slurm_launcher.SlurmLauncher,
     inline.InlineLauncher,
+    ray_launcher.RayLauncher,
 )
 
 

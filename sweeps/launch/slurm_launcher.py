@@ -7,6 +7,7 @@ trials of a queue are in `sweeps.launch.slurm`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -50,6 +51,7 @@ class SlurmLauncher(Launcher):
     submits_together = True
     jobs_outlive_orchestrator = True
     can_detach = True
+    job_noun = "SLURM job"
 
     def __init__(
         self, cfg: SlurmLauncherConfig, parallelism: int = 1, heartbeat_timeout_s: float = 0.0
@@ -216,3 +218,28 @@ class SlurmLauncher(Launcher):
                 f"--detach: cannot submit the orchestrator job: {message[-1] if message else exc}"
             ) from None
         return str(submitted.job_id), folder / f"{submitted.job_id}_0_log.out"
+
+    @classmethod
+    def orchestrator_pending(cls, job: dict[str, Any]) -> bool:
+        """Is the orchestrator's SLURM job still pending (or requeued, configuring)?"""
+        try:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", str(job["job_id"]), "-o", "%T"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return out.stdout.strip() in ("PENDING", "REQUEUED", "CONFIGURING")
+
+    @classmethod
+    def cancel_orchestrator(cls, job: dict[str, Any]) -> None:
+        """scancel the orchestrator's job."""
+        scancel(str(job["job_id"]))
+
+
+def scancel(job_id: str) -> None:
+    """scancel a job (quietly: it may have ended, the controller may not answer)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)

@@ -97,12 +97,18 @@ class WarmJobHandle:
     index: int | None = None  # a job of its own
 
     def __init__(
-        self, worker: Worker, job_id: str, folder: Path, timeout_s: float, stale_s: float
+        self,
+        worker: Worker,
+        job_id: str,
+        folder: Path,
+        timeout_s: float,
+        stale_s: float,
+        task: int = 0,
     ) -> None:
         self.worker = worker
         self.job_id = job_id
         self.files = folder  # the trial's logs folder
-        self.log = folder / f"{job_id}_0_log.err"
+        self.log = folder / f"{job_id}_{task}_log.err"
         self.trial_dir = folder.parent
         self.started = time.monotonic()
         self.timeout_s = timeout_s
@@ -250,22 +256,31 @@ class WorkerPool:
         return (same or idle or [None])[0]
 
     def submit(
-        self, fn: Any, args: tuple[Any, ...], folder: Path, logs: Path, key: str | None = None
+        self,
+        fn: Any,
+        args: tuple[Any, ...],
+        folder: Path,
+        logs: Path,
+        key: str | None = None,
+        job_id: str | None = None,
+        task: int = 0,
     ) -> WarmJobHandle:
-        """Run ``fn(*args)`` in ``folder`` on a warm worker (started if none is idle)."""
+        """Run ``fn(*args)`` in ``folder`` on a warm worker (started if none is idle).
+        ``job_id``: the caller's id of the job (default ``<worker pid>.<n>``); ``task``: the
+        process's place in a trial of several (its logs and result are ``<job id>_<task>_*``)."""
         worker = self._idle(key)
         if worker is None:
             taken = {w.slot for w in self.workers}
             slot = next(i for i in range(len(self.workers) + 1) if i not in taken)
             worker = self._start(slot)
         self._jobs += 1
-        job_id = f"{worker.pid}.{self._jobs}"
-        handle = WarmJobHandle(worker, job_id, logs, self.timeout_s, self.stale_s)
+        job_id = job_id or f"{worker.pid}.{self._jobs}"
+        handle = WarmJobHandle(worker, job_id, logs, self.timeout_s, self.stale_s, task)
         logs.mkdir(parents=True, exist_ok=True)
+        stem = logs / f"{job_id}_{task}"
         message = (
-            "run", job_id, fn, args, str(folder),
-            str(logs / f"{job_id}_0_log.out"), str(logs / f"{job_id}_0_log.err"),
-            str(logs / f"{job_id}_0_result.pkl"),
+            "run", job_id, fn, args, str(folder), f"{stem}_log.out", f"{stem}_log.err",
+            f"{stem}_result.pkl",
         )  # fmt: skip
         try:
             worker.conn.send_bytes(cloudpickle.dumps(message))

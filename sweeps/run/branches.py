@@ -402,7 +402,7 @@ def _run(
 ) -> None:
     """Write the branch directory's files (``run.json`` the provenance of its runs) and run
     its trials with the study's launcher."""
-    from stepscale.sweeps.launch.checks import check_submission
+    from stepscale.sweeps.launch.checks import check_run_dir, check_submission
     from stepscale.sweeps.run.runlock import RunLock
     from stepscale.sweeps.study.files import make_run_dir
     from stepscale.sweeps.study.provenance import finish_provenance, write_provenance
@@ -417,6 +417,7 @@ def _run(
     storage_spec = resolve(cfg.storage, run_dir)  # the study's own storage
     check_storage(storage_spec, run_dir)  # both answer before anything is written
     check_submission(cfg.launcher)
+    check_run_dir(cfg.launcher, out)
     make_run_dir(out)
     with RunLock(out) as lock:
         storage = open_storage(storage_spec)

@@ -3,7 +3,8 @@ refill a slot the moment any trial ends, tell Optuna each result exactly once.
 
 Every point is its own Optuna study in one storage, served fewest-trials-first up to its
 budget (`sweeps.run.budget`). A crashed job is resubmitted as the same Optuna trial (resuming
-from its checkpoint) until `retries` run out. Trials left RUNNING by a dead orchestrator
+from its checkpoint) until `retries` run out; one interrupted from outside (its node died)
+is resubmitted as the same attempt. Trials left RUNNING by a dead orchestrator
 are adopted (`sweeps.run.adoption`); how a trial ended is told and recorded by
 `sweeps.run.outcomes`.
 
@@ -39,6 +40,7 @@ from stepscale.rundir import (
 from stepscale.sweeps.job import heartbeat
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.trial_job import TrialJob
+from stepscale.sweeps.launch.base import was_interrupted
 from stepscale.sweeps.launch.launchers import JobRequest, TrialHandle, make_launcher
 from stepscale.sweeps.launch.submission import SubmissionFailed
 from stepscale.sweeps.run import adoption, budget, orchestrators, outcomes
@@ -351,6 +353,11 @@ class Scheduler:
             status = outcomes.final_status(ok, result)
             if status is not None:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
+                continue
+            if was_interrupted(run.handle):  # its node died: the same attempt, elsewhere
+                trial = self.storage.get_trial(trial_id)
+                attempt = int(run.record.get("attempts", 1))
+                self._submit(run.point, trial, attempt=attempt, interrupted=True)
                 continue
             error = outcomes.job_error(ok, result, self._log_name(run.folder, run.handle.log))
             self._failed(run.point, self.storage.get_trial(trial_id), run.folder, run.record, error)

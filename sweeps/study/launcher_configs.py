@@ -1,7 +1,7 @@
 """The launchers' config schemas: the keys every launcher shares (`LauncherConfig`) and each
 built-in launcher's own on top (registered by name in `sweeps.study.launcher_schema`).
 What each key does is the launcher's business (`sweeps.launch.local`, `process`,
-`slurm_launcher`, `inline`); docs/cluster.md lists SLURM's."""
+`slurm_launcher`, `inline`, `ray_launcher`); docs/cluster.md lists SLURM's and Ray's."""
 
 from __future__ import annotations
 
@@ -90,9 +90,39 @@ class SlurmLauncherConfig(LauncherConfig):
     orchestrator: OrchestratorJobConfig = field(default_factory=OrchestratorJobConfig)
 
 
+@dataclass
+class RayLauncherConfig(LauncherConfig):
+    """``launcher=ray``: trials on a Ray cluster (the ``stepscale[ray]`` extra), each in a
+    warm worker of its own slot, placed by Ray with the resources asked for here
+    (docs/cluster.md, "Ray")."""
+
+    name: str = "ray"
+    # The cluster: "host:port" of its head (GCS), "auto" (a cluster started on this machine
+    # with `ray start`), or "local" (a cluster of this machine, started with the study and
+    # stopped at its end). None: the RAY_ADDRESS environment variable, else "auto".
+    address: str | None = None
+    cpus_per_trial: float = 1.0  # per host of a trial; gpus_per_trial (None: 0) too
+    resources: dict[str, float] = field(default_factory=dict)  # custom, per host: {TPU: 4}
+    accelerator_type: str | None = None  # a node of this type (Ray's accelerator_type: …)
+    runtime_env: dict[str, Any] = field(default_factory=dict)  # Ray's runtime_env of a trial
+    # Hosts (nodes) one trial spans: one process on each, joined by jax.distributed.
+    hosts_per_trial: int = 1
+    local_cpus: int | None = None  # address=local: the local cluster's CPUs (None: all)
+    worker_max_trials: int = 100  # a warm worker is replaced after this many trials
+    worker_max_rss_gb: float | None = None  # … or above this resident memory (None: no limit)
+    # An autoscaling cluster: resources no node has yet are left to its autoscaler.
+    autoscaling: bool = False
+    probe_timeout_s: float = 60.0  # the run-dir probe on every node must answer within this
+    # --detach: the cluster's job API ("http://host:8265"; None: the connected cluster's
+    # dashboard) and the Python on the head node that runs the orchestrator (None: this one).
+    dashboard_address: str | None = None
+    python: str | None = None
+
+
 BUILTIN: dict[str, type[LauncherConfig]] = {
     "local": LocalLauncherConfig,
     "process": ProcessLauncherConfig,
     "slurm": SlurmLauncherConfig,
     "inline": InlineLauncherConfig,
+    "ray": RayLauncherConfig,
 }
