@@ -4,9 +4,12 @@ Three measurements, each side by side in one run (``--parts`` picks some):
 
 ``overhead`` — per-trial overhead on repeated shapes: 12 trials of a tiny GPT at one point
 (12 learning rates, ``--steps`` steps each) through `sweep run` at parallelism 1 with warm
-workers (``launcher=local``) and with a fresh process per trial (``launcher=process``).
-A trial's slot is Optuna's ask → tell; its training is the trainer's own ``wall_s``; the
-overhead is slot − training (goal for warm workers: median ≤ 0.3 s).
+workers (``launcher=local``), with a fresh process per trial (``launcher=process``) and,
+when Ray is installed (``stepscale[ray]``), with warm workers on a local Ray cluster
+(``launcher=ray launcher.address=local``: a cluster of this machine started by the run,
+whose start is in the run's wall time, not in any trial's slot). A trial's slot is Optuna's
+ask → tell; its training is the trainer's own ``wall_s``; the overhead is slot − training
+(goal for warm workers: median ≤ 0.3 s).
 
 ``short`` — short trials of a user's Python function (the Flax MLP of
 examples/flax_user_trainer): 16 trials, 2 batch sizes × 8 learning rates, steps chosen so a
@@ -26,6 +29,7 @@ compile. Prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -143,9 +147,9 @@ def part_overhead(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]
     common.append(f"train.compile_cache_dir={root / 'cache'}")
     run([*common, "budget.trials_per_point=1", f"run_dir={root / 'o-warmup'}"], root, env)
     result: dict[str, Any] = {"trials": 12, "steps": steps}
-    for launcher in ("local", "process"):
+    for launcher, extra in launchers():
         run_dir = root / f"o-{launcher}"
-        wall = run([*common, f"launcher={launcher}", f"run_dir={run_dir}"], root, env)
+        wall = run([*common, f"launcher={launcher}", *extra, f"run_dir={run_dir}"], root, env)
         trials = slots(run_dir)
         result[launcher] = {
             "wall_s": round(wall, 2),
@@ -157,6 +161,15 @@ def part_overhead(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]
     result["warm_overhead_median_s"] = result["local"]["overhead_s"]["median"]
     result["meets_goal"] = result["warm_overhead_median_s"] <= 0.3
     return result
+
+
+def launchers() -> list[tuple[str, list[str]]]:
+    """The launchers the overhead part compares, with their settings: warm workers, a
+    process per trial, and warm workers on a local Ray cluster when Ray is installed."""
+    out: list[tuple[str, list[str]]] = [("local", []), ("process", [])]
+    if importlib.util.find_spec("ray") is not None:
+        out.append(("ray", ["launcher.address=local", "launcher.local_cpus=2"]))
+    return out
 
 
 def part_short(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]:

@@ -42,6 +42,7 @@ os.environ["STEPSCALE_TEST_COMPILE_CACHE"] = _CACHE
 # other workers around it instead of leaving one worker running it alone at the end.
 _SLOWEST_FIRST = (
     "test_slurm.py",
+    "test_ray.py",
     "test_study.py",
     "test_train.py",
     "test_cli_train.py",
