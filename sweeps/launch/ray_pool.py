@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,16 +61,12 @@ class Slot:
     actors: list[Any]
     group: PlacementGroup | None
     where: Any  # ObjectRef of each actor's `where()` (its node), resolved when it starts
+    name: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # in its jobs' ids
     key: str | None = None
     job: RayJobHandle | None = None
     dead: bool = False
     jobs: int = 0
     nodes: list[str] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        """A short id of the slot (its first actor's)."""
-        return str(self.actors[0]._actor_id.hex())[:12]
 
     def idle(self) -> bool:
         """Free for a job: alive, and its last job (if any) ended."""
@@ -116,33 +113,43 @@ class RayJobHandle:
         self.interrupted = False
         self._outcome: tuple[bool, Any] | None = None
         self._stopping: float | None = None
+        self._lost: RayActorError | None = None  # its node died: the actor's error
 
     def done(self) -> bool:
         """Has the job ended (every process of it), or its node died and nothing of the
         old job can still write to the trial's folder?"""
         if self._outcome is not None:
             return True
+        if self._lost is not None:  # its node died: wait until the old job cannot write
+            return self._interrupt_when_quiet()
         ready, pending = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
         if pending:
             if ready and self._stopping is None and not self._all_ok(ready):
                 self._stop_all()  # one process of a multi-host trial ended: stop the rest
             if self._stopping is not None and time.monotonic() - self._stopping > STOP_GRACE_S:
+                self._stopping = float("inf")  # once
                 self.slot_ref.kill()
             return False
         results = [self._result(ref) for ref in self.refs]
         lost = [r for r in results if isinstance(r, RayActorError)]
-        if lost:
-            self.slot_ref.kill()
-            nodes = self.slot_ref.node_ids()
-            if nodes is not None and not all(_node_alive(n) for n in nodes):
-                if self._old_job_alive():
-                    return False  # its processes may still write (until the heartbeat ages)
-                self.interrupted = True
-                self._outcome = (False, NodeLost(f"the node running the trial died: {lost[0]}"))
-            else:
-                self._outcome = (False, WorkerJobError(f"the trial's Ray actor died: {lost[0]}"))
+        if not lost:
+            self._outcome = self._leader(results)
             return True
-        self._outcome = self._leader(results)
+        self.slot_ref.kill()
+        nodes = self.slot_ref.node_ids()
+        if nodes is not None and not all(_node_alive(n) for n in nodes):
+            self._lost = lost[0]
+            return self._interrupt_when_quiet()
+        self._outcome = (False, WorkerJobError(f"the trial's Ray actor died: {lost[0]}"))
+        return True
+
+    def _interrupt_when_quiet(self) -> bool:
+        """Interrupted, once the trial's job heartbeat is gone or stale (a worker process
+        of the dead node's job may still be checkpointing, or its node be cut off)."""
+        if heartbeat.fresh(heartbeat.read(self.folder / JOB_HEARTBEAT), self.stale_s):
+            return False
+        self.interrupted = True
+        self._outcome = (False, NodeLost(f"the node running the trial died: {self._lost}"))
         return True
 
     def _all_ok(self, refs: list[Any]) -> bool:
@@ -165,9 +172,6 @@ class RayJobHandle:
         failures = [str(p) for good, p in results if not good]
         own = [f for f in failures if not f.startswith(STOPPED)]
         return False, WorkerJobError((own or failures)[0])
-
-    def _old_job_alive(self) -> bool:
-        return heartbeat.fresh(heartbeat.read(self.folder / JOB_HEARTBEAT), self.stale_s)
 
     def _stop_all(self) -> None:
         self._stopping = time.monotonic()
