@@ -159,6 +159,8 @@ def part_overhead(root: Path, env: dict[str, str], steps: int) -> dict[str, Any]
         }
         print(f"overhead, {launcher}: {result[launcher]}", file=sys.stderr)
     result["warm_overhead_median_s"] = result["local"]["overhead_s"]["median"]
+    if "ray" in result:
+        result["ray_overhead_median_s"] = result["ray"]["overhead_s"]["median"]
     result["meets_goal"] = result["warm_overhead_median_s"] <= 0.3
     return result
 

@@ -173,6 +173,11 @@ def private_node(cluster: RayCluster, folder: Path) -> Iterator[None]:
     ``unshare`` and the right to mount (root)."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         raise ServerUnavailable("a node with storage of its own needs unshare, as root")
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        raise ServerUnavailable(f"no mount namespace here (unshare -m: {probe.stderr.strip()})")
     script = f'mount -t tmpfs none {folder} && exec "$0" -c "$1" "$2" "$3"'
     command = [sys.executable, _NODE, cluster.address, str(OBJECT_STORE)]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
