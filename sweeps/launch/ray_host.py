@@ -6,8 +6,9 @@ trial jobs one after another in a warm worker process of its own (`sweeps.launch
 imports or recompile at a shape that worker has seen, its stop signal reaches it as on this
 machine (SIGTERM: the trial checkpoints at its current step and ends), and a worker process
 that crashes ends only its job. The actor itself never runs trial code, so when it dies its
-node died (or the actor was killed from outside), never the trial. When the actor goes, its
-worker process notices (its parent is gone), checkpoints and ends.
+node died (or the actor was killed from outside), never the trial. When Ray ends the actor
+(its orchestrator died) it ends the worker process with it; a worker that outlives its actor
+anyway notices (its parent is gone), checkpoints and ends.
 
 Several hosts of one trial (``hosts_per_trial``) are one actor each in a strict-spread
 placement group; the first names the coordinator (its node's address and a free port) and

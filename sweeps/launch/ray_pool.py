@@ -6,7 +6,8 @@ A slot is one actor (or, for a trial of several hosts, one actor per host in a
 exist. A job goes to an idle slot — preferably one that last ran the same point, whose
 compiled programs fit — and a slot is made when none is idle. Slots stay until the study
 ends, except a slot one of whose actors died. Actors are owned by the orchestrator: when it
-ends, Ray ends them (and their workers checkpoint), so nothing is left holding resources.
+dies, Ray ends them and their worker processes at once (the trials' last checkpoints stand),
+so nothing is left holding the cluster's resources.
 
 A job whose actor died because its node died (a preempted VM, a killed raylet) is
 *interrupted*, not failed: the scheduler runs the trial again, as the same attempt, from its
@@ -82,7 +83,9 @@ class Slot:
         return self.nodes
 
     def kill(self) -> None:
-        """End its actors now and free its placement group."""
+        """End its actors now and free its placement group (once)."""
+        if self.dead:
+            return
         self.dead = True
         for actor in self.actors:
             with contextlib.suppress(RayError, ValueError):
