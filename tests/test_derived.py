@@ -244,15 +244,16 @@ def test_the_real_text_study_and_its_fixed_arm_agree_at_batch_16_only() -> None:
 
 @pytest.fixture(scope="module")
 def text_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """Both arms of the real-text study shrunk (batch 1 and 16, one LR, 1 tune trial and
-    2 confirm seeds, 6 steps, an easy target) and their comparison, all through the CLI."""
+    """Both arms of the real-text study shrunk (batch 1 and 16, one layer, one LR, 1 tune
+    trial and 2 confirm seeds, 6 steps, an easy target) and their comparison, all through
+    the CLI in this process (the second arm reuses the first's compiled programs)."""
     root = tmp_path_factory.mktemp("text_beta2")
     shrink = [
         "scientific.batch_size.values=[1,16]", "nuisance.lr.by=null", "nuisance.lr.choices=[0.01]",
         "budget.trials_per_point=1", "budget.confirm_seeds=2", 'derived.horizon.expr="6"',
         'derived.eval_every.expr="2"', 'derived.log_every.expr="2"', "schedule.warmup_steps=1",
         "objective.target_loss=4.1", "objective.report_targets=[]", "data.eval_examples=8",
-        "data.eval_batch=8", "parallelism=1", "launcher=inline", "train.devices=1",
+        "data.eval_batch=8", "model.n_layers=1", "parallelism=1", "launcher=inline",
         f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
     ]  # fmt: skip
     rule, fixed = root / TEXT_BETA2, root / f"{TEXT_BETA2}_fixed"
