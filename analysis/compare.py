@@ -2,7 +2,9 @@
 
 S(B) (steps to each study's target vs batch size) and η*(B) (optimal LR vs batch size) of
 every study are overlaid, each series labelled by study name (and group when a study has
-several); a table gives each study's answer (analysis.headline). Fits that are not
+several); a table gives each study's answer (analysis.headline), and another each study at
+each point: its β2, the best tuned steps and LR, the confirm seeds' steps and the loss and
+gradient-norm spikes of its trials (analysis.course.spike_table). Fits that are not
 determined are labelled so and drawn without a line. Every study needs a batch-size axis
 and all must count batch sizes in the same unit (else `UsageError`, exit 2,
 nothing written). Written into ``DIR``: index.html, report.md, comparison.json and
@@ -20,14 +22,15 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.claims import DEFAULT_LEVEL, Claim, claim, claim_level
+from stepscale.analysis.course import spike_table
 from stepscale.analysis.fits.lr import LRLaw
-from stepscale.analysis.fits.records import OMIT, Record, as_json
+from stepscale.analysis.fits.records import BATCH, OMIT, Record, as_json
 from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.headline import (
     NOT_DETERMINED,
@@ -41,9 +44,14 @@ from stepscale.analysis.load import load
 from stepscale.analysis.study import StudyAnalysis
 from stepscale.errors import UsageError
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 __all__ = [
+    "ArmRow",
     "ComparedSeries",
     "Comparison",
+    "arm_rows",
     "comparison",
     "draw_lr",
     "draw_steps",
@@ -70,6 +78,30 @@ class ComparedSeries:
 
 
 @dataclass(frozen=True)
+class ArmRow(Record):
+    """One study (one group of it) at one point: what it set, found and counted there."""
+
+    study: str
+    point: str
+    batch: float = field(metadata=BATCH)
+    b2: str  # Adam's β2 at the point (a derived one to 4 digits), "tuned" or "—"
+    best_steps: float  # the best tune trial's steps to the study's target (NaN: none reached)
+    best_lr: float  # the LR of the best tune trial (the one confirm seeds repeat)
+    seeds: tuple[float, ...]  # each confirm seed's steps (interpolated crossing; NaN: not reached)
+    trials: int  # tune and confirm trials that counted spikes
+    with_loss_spikes: int  # trials with a loss spike
+    loss_spikes: int
+    grad_norm_spikes: int
+    diverged: int
+
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """The seeds' mean and how many reached the target beside their values."""
+        reached = [v for v in self.seeds if math.isfinite(v)]
+        mean = sum(reached) / len(reached) if reached else None
+        return fields | {"seeds_mean": mean, "seeds_reached": len(reached)}
+
+
+@dataclass(frozen=True)
 class Comparison(Record):
     """The overlay of several studies; ``rows`` is the table of their answers (its JSON:
     comparison.json)."""
@@ -81,6 +113,8 @@ class Comparison(Record):
     # size both ran confirm seeds at, to the same target (analysis.claims)
     claims: tuple[tuple[float, Claim], ...] = ()
     claim_notes: tuple[str, ...] = field(default=(), metadata=OMIT)
+    # each study at each point (only when the datasets were given: spikes need them)
+    arms: tuple[ArmRow, ...] = ()
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Each claim with the batch size it was tested at."""
@@ -135,10 +169,47 @@ def _claims(
     return out, notes
 
 
+def arm_rows(label: str, a: StudyAnalysis, ds: xr.Dataset) -> list[ArmRow]:
+    """Each point of one study (``a``, analysed from ``ds``) as an `ArmRow`, in study order;
+    a study with several groups gets its group after its label, as in the overlays."""
+    spikes = spike_table(ds)
+    by_point = {r.point: r for r in spikes.rows} if spikes is not None else {}
+    seeds = {g.group: g.seeds for g in a.groups}
+    lr = np.asarray(ds[a.axes.lr.coord].values, dtype=float) if a.axes.lr is not None else None
+    out = []
+    for row in a.points:
+        sp = by_point.get(row.point)
+        spread = seeds.get(row.group)
+        values: tuple[float, ...] = ()
+        if spread is not None and row.x in spread.batch_sizes:
+            values = tuple(spread.values[spread.batch_sizes.index(row.x)])
+        best = a.best.get(row.point)
+        out.append(
+            ArmRow(
+                study=label if row.group == "all" else f"{label}: {row.group}",
+                point=row.point,
+                batch=row.x,
+                b2=sp.b2 if sp is not None else "—",
+                best_steps=row.steps_to_target,
+                best_lr=float(lr[best]) if lr is not None and best is not None else math.nan,
+                seeds=values,
+                trials=sp.trials if sp is not None else 0,
+                with_loss_spikes=sp.with_loss_spikes if sp is not None else 0,
+                loss_spikes=sp.loss_spikes if sp is not None else 0,
+                grad_norm_spikes=sp.grad_norm_spikes if sp is not None else 0,
+                diverged=sp.diverged if sp is not None else 0,
+            )
+        )
+    return out
+
+
 def comparison(
-    studies: Sequence[tuple[str, StudyAnalysis]], level: float = DEFAULT_LEVEL
+    studies: Sequence[tuple[str, StudyAnalysis]],
+    level: float = DEFAULT_LEVEL,
+    datasets: Sequence[xr.Dataset] = (),
 ) -> Comparison:
-    """The comparison record of ``(label, analysis)`` pairs (pure; see the module docstring)."""
+    """The comparison record of ``(label, analysis)`` pairs (pure; see the module docstring);
+    with the studies' ``datasets`` (in the same order) also each study at each point."""
     if len(studies) < 2:
         raise UsageError("a comparison needs at least two run dirs")
     for label, a in studies:
@@ -199,7 +270,13 @@ def comparison(
             )
             rows.append((name, h.group_text(gh), law_text))
     claims, notes = _claims(studies, level)
-    return Comparison(units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes))
+    arms = [
+        r for (label, a), ds in zip(studies, datasets, strict=False) for r in arm_rows(label, a, ds)
+    ]
+    arms.sort(key=lambda r: r.batch)  # stable: the studies' order within a batch size
+    return Comparison(
+        units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes), tuple(arms)
+    )
 
 
 # What one study draws in an overlay: points (x, y) and their label, the fitted line
@@ -294,6 +371,66 @@ def _claim_blocks(rec: Comparison, level: float) -> list[Any]:
     return out
 
 
+def _arm_blocks(rec: Comparison, target_text: str) -> list[Any]:
+    """The table of each study at each point (nothing without rows)."""
+    from stepscale.analysis.report.blocks import heading, table
+    from stepscale.analysis.report.numbers import batch_text, num
+
+    if not rec.arms:
+        return []
+    rows: list[list[Any]] = []
+    for r in rec.arms:
+        reached = [v for v in r.seeds if math.isfinite(v)]
+        mean = num(sum(reached) / len(reached)) if reached else "—"
+        seeds = f"{mean} ({len(reached)}/{len(r.seeds)})" if r.seeds else "—"
+        rows.append(
+            [
+                batch_text(r.batch),
+                r.study,
+                r.b2,
+                num(r.best_steps),
+                num(r.best_lr),
+                seeds,
+                *(
+                    (r.trials, r.with_loss_spikes, r.loss_spikes, r.grad_norm_spikes, r.diverged)
+                    if r.trials
+                    else ("—",) * 5  # no trial of the point counted spikes
+                ),
+            ]
+        )
+    return [
+        heading("Each study at each batch size"),
+        table(
+            [
+                f"batch ({rec.batch_unit})",
+                "study",
+                "β2",
+                "best tuned steps",
+                "its LR",
+                "confirm seeds: mean steps (reached/run)",
+                "trials",
+                "trials with a loss spike",
+                "loss spikes",
+                "grad-norm spikes",
+                "diverged",
+            ],
+            [[str(c) for c in row] for row in rows],
+            f"Steps to the target{target_text}: the fewest of the tuned trials (at an "
+            "evaluation) and the mean of the confirm seeds at the interpolated crossing (what "
+            "the claims test). Spikes are counted over all trials of the point, tuned and "
+            "confirm (the rule: each study's own report).",
+        ),
+    ]
+
+
+def _target_text(analyses: Sequence[StudyAnalysis]) -> str:
+    """ " (L < t)" when every study has the one target t, else the targets per study."""
+    targets = {a.target for a in analyses}
+    if len(targets) == 1 and None not in targets:
+        return f" (eval loss < {targets.pop():g})"
+    return " of each study (" + ", ".join(f"{a.study}: {a.target}" for a in analyses) + ")"
+
+
 def _labels(run_dirs: Sequence[Path], names: Sequence[str]) -> list[str]:
     """Study names, with the run dir added where two studies share a name."""
     return [
@@ -322,7 +459,7 @@ def write_comparison(
     analyses = [analyze(ds, targets) for ds in datasets]
     labels = _labels(dirs, [a.study or d.name for a, d in zip(analyses, dirs, strict=True)])
     level = claim_level(datasets[0].attrs)  # the first study's objective.claim_level
-    rec = comparison(list(zip(labels, analyses, strict=True)), level)
+    rec = comparison(list(zip(labels, analyses, strict=True)), level, datasets)
     figdir = outdir / "figures"
     figdir.mkdir(parents=True, exist_ok=True)
     pngs: dict[str, bytes] = {}
@@ -343,6 +480,7 @@ def write_comparison(
         heading("Comparison: " + ", ".join(labels), 1),
         table(["study", "answer", "η*(B) = c·B^α"], rec.rows, "Each study's answer"),
         *(fig(n, captions[n], png) for n, png in pngs.items()),
+        *_arm_blocks(rec, _target_text(analyses)),
         *_claim_blocks(rec, level),
         heading("Run dirs"),
         table(["study", "run dir"], [[lb, str(d)] for lb, d in zip(labels, dirs, strict=True)]),

@@ -15,8 +15,10 @@ from helpers import TEST_COMPILE_CACHE, optuna_trials
 from stepscale.cli.main import main
 from stepscale.sweeps.formats import FORMATS
 from stepscale.sweeps.study.compose import prepare_study
+from stepscale.sweeps.study.derived import derived_at
 from stepscale.sweeps.study.expr import ExprError, evaluate, names, parse
 from stepscale.sweeps.study.files import fingerprint
+from stepscale.sweeps.study.space import build_space
 
 BETA2 = ["conf=beta2_halflife", f"train.compile_cache_dir={TEST_COMPILE_CACHE}"]
 
@@ -202,3 +204,88 @@ def test_export_keeps_derived_values_only_where_a_format_holds_them(
         else:  # no other format has derived parameters: the warning names them
             assert "derived.b2: optimizer.b2 = 0.5 ** (batch_size * seq_len / t2) → —" in err, err
             assert "derived.t2:" in err
+
+
+# --- the real-text study: β2 by half-life vs a fixed β2 on Tiny Shakespeare ----------------
+
+TEXT_BETA2 = "shakespeare_beta2"
+FIXED_ARM = [f"name={TEXT_BETA2}_fixed", 'derived.b2.expr="0.99"']  # README's second command
+
+
+def _b2_rule(batch: float) -> float:
+    """β2 = 0.5^(B·T/t2) with T = 32 and t2 such that β2 = 0.99 at batch 16."""
+    t2 = 16 * 32 * math.log(0.5) / math.log(0.99)
+    return 0.5 ** (batch * 32 / t2)
+
+
+def test_the_real_text_study_and_its_fixed_arm_agree_at_batch_16_only() -> None:
+    arms = {}
+    for rule, extra in ((True, []), (False, FIXED_ARM)):
+        _, cfg, _ = prepare_study([f"conf={TEXT_BETA2}", *extra], None)
+        space = build_space(cfg)
+        arms[rule] = {
+            p.values["batch_size"]: derived_at(space, p.values, {"lr": 1e-3}) for p in space.points
+        }
+        assert cfg.data.name == "shakespeare_char" and cfg.fixed["seq_len"].value == 32
+    assert sorted(arms[True]) == [1, 4, 16, 64, 256]
+    for batch, rule in arms[True].items():
+        fixed = arms[False][batch]
+        assert rule["b2"] == pytest.approx(_b2_rule(batch), rel=1e-12)
+        assert fixed["b2"] == 0.99
+        assert (rule["b2"] == pytest.approx(0.99, rel=1e-12)) == (batch == 16)
+        # the horizon and evaluation cadence are the same rule in both arms
+        assert {k: v for k, v in rule.items() if k not in ("b2",)} == {
+            k: v for k, v in fixed.items() if k not in ("b2",)
+        }
+    assert arms[True][1]["b2"] > 0.999 and arms[True][256]["b2"] < 0.86
+    assert [arms[True][b]["horizon"] for b in (1, 256)] == [6250, 321]
+    assert [arms[True][b]["eval_every"] for b in (1, 4, 16, 64, 256)] == [160, 80, 40, 20, 10]
+
+
+@pytest.fixture(scope="module")
+def text_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """Both arms of the real-text study shrunk (batch 1 and 16, one layer, one LR, 1 tune
+    trial and 2 confirm seeds, 6 steps, an easy target) and their comparison, all through
+    the CLI in this process (the second arm reuses the first's compiled programs)."""
+    root = tmp_path_factory.mktemp("text_beta2")
+    shrink = [
+        "scientific.batch_size.values=[1,16]", "nuisance.lr.by=null", "nuisance.lr.choices=[0.01]",
+        "budget.trials_per_point=1", "budget.confirm_seeds=2", 'derived.horizon.expr="6"',
+        'derived.eval_every.expr="2"', 'derived.log_every.expr="2"', "schedule.warmup_steps=1",
+        "objective.target_loss=4.1", "objective.report_targets=[]", "data.eval_examples=8",
+        "data.eval_batch=8", "model.n_layers=1", "parallelism=1", "launcher=inline",
+        f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+    ]  # fmt: skip
+    rule, fixed = root / TEXT_BETA2, root / f"{TEXT_BETA2}_fixed"
+    assert main(["run", f"conf={TEXT_BETA2}", f"run_dir={rule}", *shrink]) == 0
+    assert main(["run", f"conf={TEXT_BETA2}", f"run_dir={fixed}", *FIXED_ARM, *shrink]) == 0
+    assert main(["report", str(rule), str(fixed), "--out", str(root / "cmp")]) == 0
+    return rule, fixed, root / "cmp"
+
+
+def test_the_shrunk_real_text_arms_run_and_the_report_tests_each_batch_size(
+    text_arms: tuple[Path, Path, Path],
+) -> None:
+    rule, fixed, cmp = text_arms
+    for run, b2 in ((rule, _b2_rule), (fixed, lambda _: 0.99)):
+        for batch in (1, 16):
+            for folder in sorted((run / "trials" / f"batch_size={batch}").iterdir()):
+                config = json.loads((folder / "config.json").read_text())
+                assert config["optimizer"]["b2"] == pytest.approx(b2(batch), rel=1e-12)
+                assert config["train"]["max_steps"] == 6 and config["data"]["seq_len"] == 32
+    doc = json.loads((cmp / "comparison.json").read_text())
+    claims = {c["batch"]: c for c in doc["claims"]}
+    assert sorted(claims) == [1, 16]
+    for c in claims.values():
+        assert (c["a"], c["b"], c["n_a"], c["n_b"]) == (TEXT_BETA2, f"{TEXT_BETA2}_fixed", 2, 2)
+        assert 0 <= c["p"] <= 1
+    # At batch 16 the arms are the same runs: the same steps, no difference to show.
+    arms = {(r["study"], r["batch"]): r for r in doc["arms"]}
+    assert arms[TEXT_BETA2, 16]["seeds"] == arms[f"{TEXT_BETA2}_fixed", 16]["seeds"]
+    assert claims[16]["p"] == 0.5 and not claims[16]["shown"]
+    assert [arms[s, 1]["b2"] for s in (TEXT_BETA2, f"{TEXT_BETA2}_fixed")] == ["0.9994", "0.99"]
+    assert all(r["trials"] == 3 and r["seeds_reached"] == 2 for r in arms.values())
+    report = (cmp / "report.md").read_text()
+    assert "## Each study at each batch size" in report and "## Claims" in report
+    assert f"batch 1 sequences: {TEXT_BETA2} reaches the target in fewer steps" in report
+    assert "one-sided Welch p =" in report
