@@ -79,7 +79,10 @@ def _domain(p: dict[str, Any], at: dict[str, Any] | None) -> dict[str, Any]:
     its conditional axis (when the format keeps the condition), else the union of ranges."""
     ranges = p.get("conditional", {}).get("ranges", {})
     if at is not None and "conditional" in p:
-        r = ranges.get(str(at[p["conditional"]["on"]]), {})
+        on = at[p["conditional"]["on"]]
+        if isinstance(on, float) and on.is_integer():
+            on = int(on)  # Vizier holds a DISCRETE parent's values as doubles: 64.0 is "64"
+        r = ranges.get(str(on), {})
         return {k: r.get(k, p.get(k)) for k in ("low", "high", "choices")}
     lows = [r["low"] for r in [p, *ranges.values()] if "low" in r]
     highs = [r["high"] for r in [p, *ranges.values()] if "high" in r]
