@@ -3,11 +3,12 @@ dense study's, and does `sweep replay` predict what live runs of a protocol give
 
 Runs, live, on this machine (the demo's model and data, target eval loss 1.10):
 
-1. the dense reference: ``batchsize_vs_steps`` with 7 batch sizes × ``--dense-trials`` (24)
-   tuned trials each;
+1. the dense reference: the demo before issue 33 (``batchsize_vs_steps_previous`` in
+   benchmarks/presets, whose model, data, ranges and horizon the fast preset shares) with 7
+   batch sizes × ``--dense-trials`` (24) tuned trials each;
 2. the cheap protocol, ``batchsize_vs_steps_fast`` (adaptive batch sizes + transfer between
    points + deadline pruning), once per seed (``--seeds``, default 10);
-3. the demo as it is (8 trials per point) for ``--demo-seeds`` seeds: a live run of a
+3. that demo as it is (8 trials per point) for ``--demo-seeds`` seeds: a live run of a
    protocol the replay can replay (fewer trials per point);
 
 then replays the dense study under the protocols run live and compares. A seed is the
@@ -41,6 +42,10 @@ from typing import Any
 import numpy as np
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
+# The reference the fast preset was designed against: the demo before issue 33 (the
+# built-in demo now tunes one LR over another range and evaluates a moving average).
+DENSE = "batchsize_vs_steps_previous"
+PRESETS = ["--config-dir", str(Path(__file__).resolve().parent / "presets")]
 TARGET = 1.10
 TARGETS = {"median_error": 0.15, "p90_error": 0.35, "compute_fraction": 0.30}
 
@@ -190,7 +195,7 @@ def main() -> None:
 
     dense_dir = work / "dense"
     dense_wall = run_study(
-        dense_dir, "batchsize_vs_steps", [f"budget.trials_per_point={dense_trials}", "name=dense"]
+        dense_dir, DENSE, [*PRESETS, f"budget.trials_per_point={dense_trials}", "name=dense"]
     )
     dense = study_answer(dense_dir)
     dense["wall_s"] = round(dense_wall, 1)
@@ -201,9 +206,9 @@ def main() -> None:
     cheap = live_runs(work, "batchsize_vs_steps_fast", list(range(seeds)), cheap_over, dense)
     demo = live_runs(
         work,
-        "batchsize_vs_steps",
+        DENSE,
         list(range(demo_seeds)),
-        [f"budget.trials_per_point={demo_trials}"],
+        [*PRESETS, f"budget.trials_per_point={demo_trials}"],
         dense,
     )
     # The cheap protocol without transfer (the replay cannot re-propose trials) …

@@ -148,6 +148,7 @@ def run_study(
     answer, lines = _answer(run_dir)
     command = f"sweep report {shlex.quote(str(run_dir))}"
     written = _render_report(run_dir) if report else None
+    summary["time"] = _times(progress.elapsed(), progress.first_progress)
     if as_json:
         summary |= {"headline": answer, "report_command": command}
         if written is not None:
@@ -240,6 +241,32 @@ def _summary(stats: list[Any], run_dir: Path) -> dict[str, Any]:
     return {"run_dir": str(run_dir), "points": points, "trials": totals}
 
 
+def _times(wall: float, first_progress: float | None) -> dict[str, float | None]:
+    """The command's wall time and its time to the first trained step, both from the
+    process's start (seconds, 0.1 s)."""
+    return {
+        "wall_s": round(wall, 1),
+        "first_progress_s": None if first_progress is None else round(first_progress, 1),
+    }
+
+
+def _time_text(times: dict[str, float | None]) -> str:
+    """The summary's line on time: the wall time and, beside it, the time to the first
+    progress (compiles included)."""
+    from stepscale.sweeps.run.display import duration_text
+
+    wall = times["wall_s"]
+    assert wall is not None
+    first = times["first_progress_s"]
+    text = f"  time: {duration_text(wall)} wall"
+    if first is None:
+        return text + " (no step trained by this command)"
+    return (
+        text + f"; first progress after {duration_text(first)} (the first trained step, from "
+        "the command's start: imports, workers and compiles included)"
+    )
+
+
 def _summary_text(summary: dict[str, Any]) -> str:
     lines = [f"study finished: {summary['run_dir']}"]
     for p in summary["points"]:
@@ -255,6 +282,8 @@ def _summary_text(summary: dict[str, Any]) -> str:
     failed = summary["trials"].get("failed", 0)
     if failed:
         lines.append(f"  {failed} trial(s) failed: see trials/*/*/trial.json and logs/")
+    if "time" in summary:
+        lines.append(_time_text(summary["time"]))
     return "\n".join(lines)
 
 

@@ -1,17 +1,22 @@
 """The live progress of a study counts what is trained: a running trial's steps as it reports
 them (not only when its 5-second heartbeat comes), and a bar whose total drops the steps a
-trial did not need (it reached the target or was pruned early)."""
+trial did not need (it reached the target or was pruned early). `sweep run` ends with its
+wall time and the time to its first trained step."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
+from stepscale.cli.run import _time_text, _times
 from stepscale.rundir import METRICS_JSONL, STATUS_JSON, trial_dir
-from stepscale.sweeps.run.point_stats import point_stats
+from stepscale.sweeps.run.display import StudyProgress, duration_text, process_started
+from stepscale.sweeps.run.point_stats import PointStats, point_stats
 from stepscale.sweeps.study.space import Point
 from stepscale.sweeps.trainers.metrics_file import tail_step
 
@@ -51,3 +56,38 @@ def test_running_steps_count_as_reported_and_the_total_drops_unneeded_steps(
     assert st.steps == 10 + 7
     assert st.expected == 10 + 40 + 2 * 40  # the finished trial's own steps, the rest's horizon
     assert st.consumed == 40 + 7  # the budget view is unchanged
+
+
+def _stats(steps: int) -> list[PointStats]:
+    return [PointStats("batch_size=8", 4, {"running": 1}, None, steps, steps, 40)]
+
+
+def test_first_progress_is_the_first_step_trained_by_this_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The clock starts at the process's start; steps already trained (a resumed study) are
+    not progress; on a non-terminal the first progress prints a line at once."""
+    started = process_started()
+    assert 0 <= time.monotonic() - started < 600  # this test process started before it
+    progress = StudyProgress("s", {"total_budget_steps": 160}, every_s=3600, started=started)
+    with progress:
+        progress(_stats(30))  # 30 steps from an earlier run: the baseline
+        progress(_stats(30))
+        assert progress.first_progress is None
+        progress(_stats(35))
+        first = progress.first_progress
+        assert first is not None and 0 <= first <= progress.elapsed()
+        progress(_stats(40))
+        assert progress.first_progress == first  # the first one stays
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "35/" in lines[1]  # the start, then the first progress at once
+
+
+def test_the_summary_gives_the_wall_time_and_the_time_to_the_first_progress() -> None:
+    times = _times(151.04, 14.26)
+    assert times == {"wall_s": 151.0, "first_progress_s": 14.3}
+    text = _time_text(times)
+    assert text.startswith("  time: 2 min 31 s wall; first progress after 14.3 s")
+    assert "compiles included" in text
+    assert _time_text(_times(3.2, None)) == "  time: 3.2 s wall (no step trained by this command)"
+    assert [duration_text(s) for s in (9.94, 60, 3725)] == ["9.9 s", "1 min 0 s", "1 h 2 min"]

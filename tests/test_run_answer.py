@@ -27,7 +27,10 @@ def test_sweep_run_ends_with_the_answer_and_the_report_command(tmp_path: Path) -
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     table = out.index("answer:")
-    assert out[table - 1].lstrip().startswith("batch_size=64")  # after the per-point table
+    assert out[table - 2].lstrip().startswith("batch_size=64")  # after the per-point table
+    # … and the time: the wall time and, beside it, the time to the first trained step
+    time_line = out[table - 1]
+    assert time_line.startswith("  time: ") and " wall; first progress after " in time_line
     assert out[table + 1].lstrip().startswith("B_crit at eval loss < 0.2")
     assert "rests on" in out[table + 1] and "trials" in out[table + 1]
     assert out[-1] == f"report: sweep report {shlex.quote(str(run_dir))}"
@@ -40,6 +43,8 @@ def test_sweep_run_ends_with_the_answer_and_the_report_command(tmp_path: Path) -
     assert summary["report"] == str(run_dir / "report" / "index.html")
     assert (run_dir / "report" / "index.html").is_file()
     assert summary["report_command"] == f"sweep report {shlex.quote(str(run_dir))}"
+    times = summary["time"]
+    assert times["wall_s"] > 0 and times["first_progress_s"] is None  # no trial ran this time
     h = summary["headline"]
     assert h["kind"] == "b_crit" and h["target"] == 0.2 and h["groups"][0]["n_trials"] == 9
     assert h["rules"] == {"max_ci_factor": 10.0, "max_exponent_width": 1.0, "min_points": 3}

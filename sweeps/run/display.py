@@ -1,11 +1,14 @@
 """Live progress of a study on stderr: a row per point and an overall bar of trained steps
 (running trials' steps as they report them) with an ETA on a terminal; plain periodic lines
-otherwise."""
+otherwise. It also clocks the command: the time from the process's start to the first step
+trained (imports, workers and compiles included) and to the end."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -14,11 +17,50 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 
-class StudyProgress:
-    """Callable with the scheduler's per-point stats; a context manager."""
+def process_started() -> float:
+    """``time.monotonic()`` at the start of this process (Linux: from /proc, so the
+    interpreter's start and the imports count); elsewhere the time of this call."""
+    now = time.monotonic()
+    try:
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        # fields after the command name (which may hold spaces): starttime is the 22nd field,
+        # in clock ticks since boot (the boot-time clock, suspend included)
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - age if 0 <= age < 86400 * 365 else now
 
-    def __init__(self, name: str, plan: dict[str, Any], every_s: float = 15.0) -> None:
+
+def duration_text(seconds: float) -> str:
+    """``14.2 s``, ``2 min 31 s``, ``1 h 4 min``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = round(seconds)
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+class StudyProgress:
+    """Callable with the scheduler's per-point stats; a context manager.
+
+    ``first_progress`` is the time (seconds from ``started``, by default the process's
+    start) at which a step was first trained by this command: the first progress a user
+    sees, after the imports, the workers' start and the compiles. On a non-terminal a line
+    is printed at that moment as well as every ``every_s`` seconds."""
+
+    def __init__(
+        self,
+        name: str,
+        plan: dict[str, Any],
+        every_s: float = 15.0,
+        started: float | None = None,
+    ) -> None:
         self.name = name
+        self.started = process_started() if started is None else started
+        self.first_progress: float | None = None
+        self._initial_steps: int | None = None  # steps trained before this command (resume)
         self.total_steps = int(plan["total_budget_steps"])
         self.every_s = every_s
         self.console = Console(stderr=True)
@@ -56,8 +98,18 @@ class StudyProgress:
             )  # fmt: skip
         return table
 
+    def elapsed(self) -> float:
+        """Seconds since ``started``."""
+        return time.monotonic() - self.started
+
     def __call__(self, stats: list[Any]) -> None:
         steps = sum(st.steps for st in stats)
+        first = False
+        if self._initial_steps is None:
+            self._initial_steps = steps
+        elif self.first_progress is None and steps > self._initial_steps:
+            self.first_progress = self.elapsed()
+            first = True
         consumed = sum(st.consumed for st in stats)
         # The bar counts trained steps, out of what the study will train: a trial that
         # stopped early (target reached, pruned) takes its unused steps off the total.
@@ -67,7 +119,7 @@ class StudyProgress:
             self._live.update(Group(self._table(stats), self._bar))
             return
         now = time.monotonic()
-        if now - self._last < self.every_s:
+        if now - self._last < self.every_s and not first:
             return
         self._last = now
         done = sum(sum(v for k, v in st.counts.items() if k != "running") for st in stats)
