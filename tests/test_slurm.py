@@ -284,10 +284,10 @@ def test_trials_asked_together_go_as_one_job_array_under_its_cap(
 def test_requeue_and_preemption_resume_at_the_signalled_step(
     slurm: Path, tmp_path: Path, compile_cache
 ):
-    reference = sweep(["run", *LONG, f"run_dir={tmp_path / 'ref'}"], cache=compile_cache)
-    assert reference.returncode == 0, reference.stderr
     run_dir = tmp_path / "slurm"
     proc = _popen(["run", *LONG, *SLURM, f"run_dir={run_dir}"], compile_cache, tmp_path)
+    # The local reference runs beside it (the SLURM run waits on its requeues meanwhile).
+    ref = _popen(["run", *LONG, f"run_dir={tmp_path / 'ref'}"], compile_cache, tmp_path)
     try:
         # 1. `scontrol requeue` (what an admin or a preemption with PreemptMode=REQUEUE does):
         #    SIGTERM → checkpoint at the current step → the same job id runs again.
@@ -303,9 +303,11 @@ def test_requeue_and_preemption_resume_at_the_signalled_step(
         subprocess.run(["scancel", "--signal=USR2", job], check=True)
         _runs_again_after_requeue(job)
         _finish(proc, 300)
+        _finish(ref, 300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        for p in (proc, ref):
+            if p.poll() is None:
+                p.kill()
     events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
     stops = [(e["signal"], e["step"]) for e in events if e["event"] == "stopped"]
     assert [sig for sig, _ in stops] == ["SIGTERM", "SIGUSR2"], events
@@ -343,37 +345,49 @@ def _resumed_step(folder: Path) -> int:
     return steps[-1] if steps else 0
 
 
-@pytest.mark.parametrize("retries", [1, 0])
-def test_scancel_is_a_failure_and_is_retried(
-    slurm: Path, tmp_path: Path, compile_cache, retries: int
+def test_scancel_is_a_failure_retried_with_retries_and_final_without(
+    slurm: Path, tmp_path: Path, compile_cache
 ):
-    run_dir = tmp_path / "run"
+    """Two studies at once, one with `retries=1`, one with `retries=0`, each trial job
+    cancelled at step 300: the first study's trial runs again from its checkpoint as a
+    second attempt and completes; the second's fails with the cancellation as its error."""
+    procs, run_dirs = {}, {}
     # Cancelled at once (step 300): a shorter horizon than LONG's is enough for the retry.
-    args = ["run", *LONG, "budget.max_steps=1500", *SLURM, f"retries={retries}"]
-    proc = _popen([*args, f"run_dir={run_dir}"], compile_cache, tmp_path)
+    args = ["run", *LONG, "budget.max_steps=1500", *SLURM]
     try:
-        _wait(lambda: _last_step(_only_trial(run_dir)) >= 300, 120, "training to start")
-        first = _job_id(run_dir)
-        subprocess.run(["scancel", first], check=True)
-        _finish(proc, 300)
+        for retries in (1, 0):
+            run_dirs[retries] = run_dir = tmp_path / f"retries{retries}"
+            procs[retries] = _popen(
+                [*args, f"retries={retries}", f"run_dir={run_dir}"], compile_cache, tmp_path
+            )
+        first = {}
+        for retries, run_dir in run_dirs.items():
+            started = lambda d=run_dir: _last_step(_only_trial(d)) >= 300  # noqa: E731
+            _wait(started, 120, "training to start")
+            first[retries] = _job_id(run_dir)
+            subprocess.run(["scancel", first[retries]], check=True)
+        for proc in procs.values():
+            _finish(proc, 300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    _wait_for_sacct(first, "CANCELLED", 30)
-    record = read_json(_only_trial(run_dir) / "trial.json")
-    (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
-    if retries:
-        assert record["attempts"] == 2 and record["state"] == "complete"
-        assert record["job_id"] != first
-        (failure,) = record["failures"]  # why it needed a second job
-        assert "CANCELLED" in failure
-        assert trial.state.name == "COMPLETE"
-        assert _resume_steps(_only_trial(run_dir))  # the retry went on from the checkpoint
-    else:
-        assert record["state"] == "failed" and record["attempts"] == 1
-        assert "CANCELLED" in record["error"]
-        assert trial.state.name == "FAIL"
-    assert first not in squeue_ids()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    for retries, run_dir in run_dirs.items():
+        _wait_for_sacct(first[retries], "CANCELLED", 30)
+        record = read_json(_only_trial(run_dir) / "trial.json")
+        (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
+        if retries:
+            assert record["attempts"] == 2 and record["state"] == "complete"
+            assert record["job_id"] != first[retries]
+            (failure,) = record["failures"]  # why it needed a second job
+            assert "CANCELLED" in failure
+            assert trial.state.name == "COMPLETE"
+            assert _resume_steps(_only_trial(run_dir))  # the retry went on from the checkpoint
+        else:
+            assert record["state"] == "failed" and record["attempts"] == 1
+            assert "CANCELLED" in record["error"]
+            assert trial.state.name == "FAIL"
+        assert first[retries] not in squeue_ids()
 
 
 def test_a_detached_sweep_stops_resumes_survives_its_time_limit_and_reports(
