@@ -208,6 +208,24 @@ class Launcher(ABC):
         return None
 
 
+def check_amounts(
+    lc: Any,
+    at_least_one: tuple[str, ...] = (),
+    none_or_more: tuple[str, ...] = (),
+    positive: tuple[str, ...] = (),
+) -> None:
+    """UsageError naming the key unless each of ``lc``'s keys that is set is at least 1
+    (``at_least_one``), 0 or more (``none_or_more``) or above 0 (``positive``)."""
+    for keys, holds, says in (
+        (at_least_one, lambda v: v >= 1, "must be at least 1"),
+        (none_or_more, lambda v: v >= 0, "must be 0 or more"),
+        (positive, lambda v: v > 0, "must be positive"),
+    ):
+        for key in keys:
+            if (value := getattr(lc, key)) is not None and not holds(value):
+                raise UsageError(f"launcher.{key} {says}, got {value}")
+
+
 def was_interrupted(handle: TrialHandle) -> bool:
     """Was the handle's job interrupted from outside — its node died — rather than failed?
     A launcher's handle says so with an ``interrupted`` attribute (`launcher=ray`); the

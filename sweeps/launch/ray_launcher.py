@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscale.errors import UsageError
-from stepscale.sweeps.launch.base import Launcher, TrialHandle
+from stepscale.sweeps.launch.base import Launcher, TrialHandle, check_amounts
 from stepscale.sweeps.launch.registry import register_launcher
 from stepscale.sweeps.study.launcher_configs import RayLauncherConfig
 from stepscale.sweeps.study.launcher_schema import LauncherConfig
@@ -92,15 +92,7 @@ class RayLauncher(Launcher):
         """The shared checks, this launcher's counts and amounts, and Ray installed."""
         super().check(cfg)
         lc = cfg.launcher
-        for key in _AT_LEAST_ONE:
-            if (value := getattr(lc, key)) is not None and value < 1:
-                raise UsageError(f"launcher.{key} must be at least 1, got {value}")
-        for key in _NONE_OR_MORE:
-            if (value := getattr(lc, key)) is not None and value < 0:
-                raise UsageError(f"launcher.{key} must be 0 or more, got {value}")
-        for key in _POSITIVE:
-            if (value := getattr(lc, key)) is not None and not value > 0:
-                raise UsageError(f"launcher.{key} must be positive, got {value}")
+        check_amounts(lc, _AT_LEAST_ONE, _NONE_OR_MORE, _POSITIVE)
         for resource, amount in dict(lc.resources).items():
             if resource in ("CPU", "GPU"):
                 which = "cpus_per_trial" if resource == "CPU" else "gpus_per_trial"

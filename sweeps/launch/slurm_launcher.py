@@ -19,7 +19,7 @@ import submitit
 
 from stepscale.errors import EnvironmentFailure, UsageError
 from stepscale.rundir import LOGS_DIR
-from stepscale.sweeps.launch.base import JobRequest, Launcher, TrialHandle
+from stepscale.sweeps.launch.base import JobRequest, Launcher, TrialHandle, check_amounts
 from stepscale.sweeps.launch.jobs import JobHandle, environment, working_dir
 from stepscale.sweeps.launch.registry import register_launcher
 from stepscale.sweeps.launch.slurm import (
@@ -157,15 +157,7 @@ class SlurmLauncher(Launcher):
         """The shared checks, the counts and amounts of the job, and its parameters."""
         super().check(cfg)
         lc = cfg.launcher
-        for key in _AT_LEAST_ONE:
-            if (value := getattr(lc, key)) is not None and value < 1:
-                raise UsageError(f"launcher.{key} must be at least 1, got {value}")
-        for key in _NONE_OR_MORE:
-            if (value := getattr(lc, key)) is not None and value < 0:
-                raise UsageError(f"launcher.{key} must be 0 or more, got {value}")
-        for key in _POSITIVE:
-            if (value := getattr(lc, key)) is not None and not value > 0:
-                raise UsageError(f"launcher.{key} must be positive, got {value}")
+        check_amounts(lc, _AT_LEAST_ONE, _NONE_OR_MORE, _POSITIVE)
         slurm_parameters(lc, cfg.name)  # its own checks raise UsageError
 
     @classmethod
