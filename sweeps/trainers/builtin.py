@@ -18,7 +18,7 @@ from typing import Any
 
 from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
 from stepscale.rundir import EXAMPLES, SEQUENCES
-from stepscale.trainer import Reporter
+from stepscale.trainer import PLAN_KEYS, Reporter
 
 __all__ = [
     "SECTIONS",
@@ -130,16 +130,10 @@ def validate(tree: dict[str, Any], *, here: bool = True) -> dict[str, Any]:
     job's, which checks ``train.devices`` against what it gets (so it is not checked here)."""
     if not here:
         tree = {**tree, "train": {**tree["train"], "devices": None}}
-    plan = plan_run(to_trainer_config(tree), here=here)
-    return {
-        "horizon_steps": plan.horizon,
-        "tokens_per_step": plan.tokens_per_step,
-        "examples_per_step": plan.examples_per_step,
-        "params": plan.n_params,
-        "flops_per_step": plan.flops_per_step,
-        "loss_floor": plan.info.loss_floor,
-        "baseline_loss": plan.info.baseline_loss,
-    }
+    from stepscale.models.plan import describe
+
+    sizes = describe(plan_run(to_trainer_config(tree), here=here))
+    return {key: sizes[key] for key in PLAN_KEYS}
 
 
 def branch_point(tree: dict[str, Any], step: int) -> dict[str, Any]:
