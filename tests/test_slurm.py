@@ -360,12 +360,18 @@ def test_scancel_is_a_failure_retried_with_retries_and_final_without(
             procs[retries] = _popen(
                 [*args, f"retries={retries}", f"run_dir={run_dir}"], compile_cache, tmp_path
             )
-        first = {}
-        for retries, run_dir in run_dirs.items():
-            started = lambda d=run_dir: _last_step(_only_trial(d)) >= 300  # noqa: E731
-            _wait(started, 120, "training to start")
-            first[retries] = _job_id(run_dir)
-            subprocess.run(["scancel", first[retries]], check=True)
+        first: dict[int, str] = {}
+
+        def cancel_each_once_it_trains() -> bool:
+            # Both studies are watched together: each job is cancelled as soon as its trial
+            # is past step 300 (waiting for one first would let the other finish its 1500).
+            for retries, run_dir in run_dirs.items():
+                if retries not in first and _last_step(_only_trial(run_dir)) >= 300:
+                    first[retries] = _job_id(run_dir)
+                    subprocess.run(["scancel", first[retries]], check=True)
+            return len(first) == len(run_dirs)
+
+        _wait(cancel_each_once_it_trains, 120, "both trials to train")
         for proc in procs.values():
             _finish(proc, 300)
     finally:
