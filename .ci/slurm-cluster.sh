@@ -13,6 +13,12 @@ ROOT=${ROOT:?set ROOT to the folder that holds this cluster state}
 ACCOUNTING=${ACCOUNTING:-1}
 CPUS=${CPUS:-8}
 PORT_BASE=${PORT_BASE:-16817}
+# The first job id. JAX's SLURM auto-detection puts a job's jax.distributed coordinator on
+# port 61440 + job id % 1024 of its first node, so two clusters on one machine that hand out
+# the same ids (both from 1) put two multi-task trials on the same port, and the second's
+# tasks abort the first's ("connected with a different incarnation"). tests/servers/slurm.py
+# gives each concurrent test cluster its own block of 256 ids.
+FIRST_JOB_ID=${FIRST_JOB_ID:-1}
 CTLD_PORT=$PORT_BASE; SLURMD_PORT=$((PORT_BASE + 1)); DBD_PORT=$((PORT_BASE + 2)); DB_PORT=${DB_PORT:-13306}
 export SLURM_CONF=$ROOT/etc/slurm.conf
 RUN=$ROOT/run
@@ -39,6 +45,7 @@ AccountingStoragePass=$RUN/munge.socket"
   fi
   cat > $SLURM_CONF <<EOF
 ClusterName=ci
+FirstJobId=$FIRST_JOB_ID
 SlurmctldHost=localhost
 SlurmUser=root
 SlurmdUser=root

@@ -13,6 +13,7 @@ run as root here), `ServerUnavailable` is raised.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -28,6 +29,10 @@ from servers import ServerUnavailable
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / ".ci" / "slurm-cluster.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd")
+# Concurrent test clusters on one machine (a second suite, a loop of the SLURM file beside CI)
+# get distinct blocks of job ids: JAX derives a job's coordinator port from its id % 1024
+# (.ci/slurm-cluster.sh). A block is held by a lock that dies with its holder.
+ID_BLOCKS, ID_BLOCK = 4, 256
 
 
 def _free_port_block(n: int) -> int:
@@ -61,6 +66,20 @@ def _sinfo_ok() -> bool:
     return out.returncode == 0 and ("idle" in out.stdout or "mix" in out.stdout)
 
 
+def _job_id_block() -> tuple[int, int | None]:
+    """The first job id of a block no other test cluster on this machine holds, and the
+    open lock file that holds it (None: every block is taken, ids start at 1)."""
+    for k in range(ID_BLOCKS):
+        fd = os.open(f"/tmp/stepscale-slurm-ids-{k}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return 1 + k * ID_BLOCK, fd
+    return 1, None
+
+
 @contextmanager
 def slurm_cluster() -> Iterator[Path]:
     """Start (or reuse) a cluster; yields the slurm.conf in use."""
@@ -81,11 +100,13 @@ def slurm_cluster() -> Iterator[Path]:
         raise ServerUnavailable("the test cluster's daemons run as root; run the tests as root")
     root = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
     base = _free_port_block(3)
+    first_id, id_lock = _job_id_block()
     env = {
         **os.environ,
         "ROOT": str(root),
         "PORT_BASE": str(base),
         "DB_PORT": str(_free_port_block(1)),
+        "FIRST_JOB_ID": str(first_id),
     }
     conf = root / "etc" / "slurm.conf"
     previous = os.environ.get("SLURM_CONF")
@@ -110,6 +131,8 @@ def slurm_cluster() -> Iterator[Path]:
         else:
             os.environ["SLURM_CONF"] = previous
         shutil.rmtree(root, ignore_errors=True)
+        if id_lock is not None:
+            os.close(id_lock)
 
 
 def squeue_ids() -> list[str]:
