@@ -166,3 +166,23 @@ def test_a_launcher_registered_by_a_test_runs_a_study_to_its_exact_budget(
     err = capsys.readouterr().err
     assert code == 2 and "launcher.partition" in err and "launcher=toy" in err, err
     assert "launcher=slurm" in err and not refused.exists()
+
+
+def test_queues_asked_of_a_one_trial_per_job_launcher_run_as_jobs_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """The interface's default `submit_queues`: each queued trial is its own job, and the
+    handles come back in the queues' shape, each job having run its own call."""
+    from stepscale.sweeps.launch.base import JobRequest
+
+    launcher = ToyLauncher(ToyLauncherConfig())
+    queues = [
+        [JobRequest(tmp_path / f"q{q}t{t}", print, (f"q{q}t{t}",)) for t in range(n)]
+        for q, n in enumerate((2, 1))
+    ]
+    handles = launcher.submit_queues(queues, tmp_path / "jobs")
+    assert [len(h) for h in handles] == [2, 1]
+    for queue, queue_handles in zip(queues, handles, strict=True):
+        for request, handle in zip(queue, queue_handles, strict=True):
+            ok, _ = handle.outcome()
+            assert ok and handle.files == request.folder / "logs"

@@ -131,8 +131,11 @@ class Launcher(ABC):
         self, queues: list[list[JobRequest]], array_folder: Path, name: str = "stepscale"
     ) -> list[list[TrialHandle]]:
         """Submit each queue (trials of one point) as one job running them one after
-        another; only a launcher whose `trials_per_job` can exceed 1 is asked."""
-        raise NotImplementedError(f"launcher={self.name} runs one trial per job")
+        another (a launcher whose `trials_per_job` can exceed 1 overrides this). By default
+        every queued trial is a job of its own, all submitted together: the handles keep
+        the queues' shape, so a scheduler that asks for queues is served either way."""
+        handles = iter(self.submit_together([r for q in queues for r in q], array_folder, name))
+        return [[next(handles) for _ in queue] for queue in queues]
 
     def attach(
         self, folder: Path, job_id: str, files: Path | None = None, index: int | None = None
