@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from stepscale.errors import UsageError
-from stepscale.files import read_json, write_json_atomic, write_text_atomic
+from stepscale.files import BadFileError, read_json, write_json_atomic, write_text_atomic
 from stepscale.redact import redact
 from stepscale.rundir import ADAPTIVE_JSON, CONFIG_YAML, SPACE_JSON, STUDY_JSON
 from stepscale.sweeps.study.adaptive_axis import adaptive_alias
@@ -77,11 +77,18 @@ def check_unchanged(run_dir: Path, cfg: StudyConfig) -> None:
     """Refuse (`UsageError`) to run ``cfg`` in a run dir that holds another study (another
     name), whose study differs in what a trial means, or whose scientific values were
     removed; a new run dir passes."""
-    saved = read_json(run_dir / STUDY_JSON, lenient=True)
-    if saved is None or not isinstance(saved, dict):
-        if (run_dir / STUDY_JSON).exists():
-            raise UsageError(f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study")
+    # Missing and unreadable are told apart by one read: a second look (exists()) would
+    # find the file another orchestrator, starting together on a fresh run dir, has just
+    # written (study.json is replaced atomically, so a reader never sees half of it).
+    unreadable = f"{run_dir}/study.json is unreadable; pass run_dir=… for a new study"
+    try:
+        saved = read_json(run_dir / STUDY_JSON)
+    except BadFileError:
+        raise UsageError(unreadable) from None
+    if saved is None:
         return
+    if not isinstance(saved, dict):
+        raise UsageError(unreadable)
     if saved.get("name", cfg.name) != cfg.name:
         # Optuna's studies are named after the study: a second name would put a second
         # study in the run dir's storage while study.json names the first.
