@@ -10,6 +10,14 @@ A protocol is one or more parts joined by ``+`` (e.g. ``first:8+deadline:3``):
 - ``adaptive:N[:I]`` — the batch sizes an adaptive study would have chosen among the
   study's (:func:`analysis.fits.design.next_batch`: I = 3 spread in log B to start, up to
   N points, stop at an interval within a factor 2);
+- ``transfer[:W]`` — transfer between points (``sampler.transfer``) as far as a replay can
+  run it: the batch sizes are measured in bisection order of log B (an adaptive protocol:
+  its initial ones so, then each one it adds), and at every one after the two ends the LR
+  is predicted from the trials replayed so far (:func:`analysis.fits.transfer.predict_nuisance`);
+  the study's trial nearest the prediction (in log LR) runs first, and the others are drawn
+  (``random:K``, or taken in order with ``first:K``) from its trials inside the narrowed
+  range [η̂/w, η̂·w], w = max(W, exp(2·sd)) (W = 3, sd the spread of η* about one power
+  law). It can only pick among the LRs the study ran;
 - ``deadline:F`` — a trial ends at the target, or at its first evaluation past F × the
   fewest steps to target of the trials before it at its point (``pruner=deadline``);
 - ``median[:S]`` — Optuna's median pruner (after S complete trials; default 2): a trial
@@ -47,6 +55,7 @@ from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.design import initial_batches, next_batch
 from stepscale.analysis.fits.records import Record, as_json
 from stepscale.analysis.fits.steps import fit_steps
+from stepscale.analysis.fits.transfer import TrialObservation, bisection_order, predict_nuisance
 from stepscale.errors import UsageError
 
 __all__ = [
@@ -81,6 +90,7 @@ class Protocol:
     batches: tuple[float, ...] | None = None
     adaptive: tuple[int, int] | None = None  # (max points, initial)
     deadline: float | None = None
+    transfer: float | None = None  # the width W of the narrowed LR range
     median: int | None = None  # n_startup_trials
     evals: int = 1
 
@@ -90,7 +100,9 @@ class Protocol:
         return self.random is not None
 
 
-_PART = re.compile(r"^(full|first|random|batches|adaptive|deadline|median|evals)(?::(.+))?$")
+_PART = re.compile(
+    r"^(full|first|random|batches|adaptive|transfer|deadline|median|evals)(?::(.+))?$"
+)
 
 
 def parse_protocol(text: str) -> Protocol:
@@ -102,7 +114,8 @@ def parse_protocol(text: str) -> Protocol:
         if m is None:
             raise ReplayError(
                 f"--protocol {text!r}: unknown part {part!r}; parts are full, first:K, "
-                f"random:K, batches:B1,B2,…, adaptive:N[:I], deadline:F, median[:S], evals:K "
+                f"random:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], deadline:F, median[:S], "
+                f"evals:K "
                 f"(joined by +)"
             )
         kind, arg = m.group(1), m.group(2)
@@ -131,6 +144,10 @@ def parse_protocol(text: str) -> Protocol:
                 fields[kind] = float(arg or "")
                 if not fields[kind] >= 1:
                     raise ValueError("the factor must be ≥ 1")
+            elif kind == "transfer":
+                fields[kind] = float(arg) if arg is not None else 3.0
+                if not fields[kind] >= 1:
+                    raise ValueError("the width must be ≥ 1")
             else:  # median
                 fields[kind] = int(arg) if arg is not None else 2
                 if fields[kind] < 0:
@@ -158,6 +175,7 @@ class _Trial:
     cut: float  # the loss it was stopped at on reaching (stop_at_target), else NaN
     examples_per_step: float
     flops_per_step: float
+    lr: float = math.nan  # the learning rate it ran at (NaN: the study tunes none)
 
 
 @dataclass(frozen=True)
@@ -202,6 +220,7 @@ def _groups(ds: xr.Dataset, target: float) -> list[_Group]:
         return ds[name].values.astype(float)
 
     done, eps, fps = col("steps_done"), col("examples_per_step"), col("flops_per_step")
+    lrs = col(axes.lr.coord) if axes.lr is not None else np.full(ds.sizes["trial"], np.nan)
     out: dict[str, list[_Trial]] = {}
     for i in np.flatnonzero(final):
         ok = np.isfinite(loss[i])
@@ -220,6 +239,7 @@ def _groups(ds: xr.Dataset, target: float) -> list[_Group]:
                 cut=float(cut[i]),
                 examples_per_step=float(per),
                 flops_per_step=float(fps[i]),
+                lr=float(lrs[i]),
             )
         )
     result = []
@@ -331,23 +351,64 @@ def _one_draw(
     horizon_stop = p.deadline is not None
     results: dict[float, tuple[float, list[_Outcome], list[_Trial]]] = {}
 
+    def select(b: float) -> list[_Trial]:
+        trials = g.of(b)
+        k = min(p.first or p.random or len(trials), len(trials))
+        eta = _transferred_lr(b) if p.transfer is not None else None
+        if eta is not None:  # the prediction first, then K − 1 inside the narrowed range
+            lr, w = eta
+            first = min(trials, key=lambda t: (abs(math.log(t.lr / lr)), t.number))
+            trials = [t for t in trials if t is not first and lr / w <= t.lr <= lr * w]
+            k -= 1
+        else:
+            first = None
+        if p.random is not None:
+            pick = sorted(rng.choice(len(trials), size=min(k, len(trials)), replace=False))
+            trials = [trials[i] for i in pick]
+        else:
+            trials = trials[:k]
+        return trials if first is None else [first, *trials]
+
+    def _transferred_lr(b: float) -> tuple[float, float] | None:
+        """The LR predicted at ``b`` from the batch sizes measured so far and the width of
+        its range; None at an end of the range (an anchor) or without a usable source."""
+        if b in (min(batches), max(batches)) or not results:
+            return None
+        if not all(math.isfinite(t.lr) and t.lr > 0 for t in g.of(b)):
+            return None
+        obs = [
+            TrialObservation(batch=src, values={"lr": t.lr}, objective=o.crossing)
+            for src, (_, outs, trials) in results.items()
+            for o, t in zip(outs, trials, strict=True)
+            if math.isfinite(t.lr) and t.lr > 0
+        ]
+        pred = predict_nuisance(obs, b, ["lr"], lr_name="lr")
+        if pred is None or "lr" not in pred.values:
+            return None
+        assert p.transfer is not None
+        sd = pred.log_sd
+        width = max(p.transfer, math.exp(2 * sd)) if math.isfinite(sd) else p.transfer
+        return float(pred.values["lr"]), width
+
     def measure(b: float) -> tuple[float, list[_Outcome], list[_Trial]]:
         if b not in results:
-            trials = g.of(b)
-            if p.first is not None:
-                trials = trials[: p.first]
-            elif p.random is not None:
-                k = min(p.random, len(trials))
-                pick = sorted(rng.choice(len(trials), size=k, replace=False).tolist())
-                trials = [trials[i] for i in pick]
+            trials = select(b)
             outs = _run_point(trials, p, target, keep_every, horizon_stop)
             reached = [o.crossing for o in outs if math.isfinite(o.crossing)]
             results[b] = (min(reached) if reached else math.nan, outs, trials)
         return results[b]
 
+    def in_bisection_order(sizes: Sequence[float]) -> None:
+        """Transfer measures the ends first, then the one farthest from those measured."""
+        ordered = sorted(sizes)
+        for i in bisection_order(ordered):
+            measure(ordered[i])
+
     if p.adaptive is not None:
         n_max, n_init = p.adaptive
         chosen = list(initial_batches(batches, n_init))
+        if p.transfer is not None:
+            in_bisection_order(chosen)
         while True:
             sizes = [b for b in chosen if math.isfinite(measure(b)[0])]
             decision = next_batch(
@@ -363,6 +424,8 @@ def _one_draw(
                 break
             chosen.append(decision.batch)
         batches = sorted(chosen)
+    elif p.transfer is not None:
+        in_bisection_order(batches)
     d = _Draw(batches=tuple(batches))
     sizes, steps, missed = [], [], []
     for b in batches:
@@ -557,6 +620,11 @@ def replay(
         if target is None:
             raise ReplayError("the study has no target loss: give one with --target L")
     parsed = [parse_protocol(p) for p in (protocols or default_protocols(ds))]
+    if any(p.transfer is not None for p in parsed) and study_axes(ds).lr is None:
+        raise ReplayError(
+            "transfer predicts the learning rate: this study tunes none (a nuisance parameter "
+            "at optimizer.lr or with quantity: learning_rate)"
+        )
     groups = _groups(ds, float(target))
     interval = _eval_interval(groups)
     totals: dict[str, dict[str, float]] = {}

@@ -1,29 +1,39 @@
-"""The critical batch size for a fraction of the compute: is the cheap protocol's B_crit the
-dense study's, and does `sweep replay` predict what live runs of a protocol give?
+"""The critical batch size for a fraction of the compute: is the fast protocol's B_crit the
+dense study's, is it cheaper than fewer trials per point, and does `sweep replay` predict
+what live runs give?
 
-Runs, live, on this machine (the demo's model and data, target eval loss 1.10):
+Per task (``--task demo``: the Markov demo, target eval loss 1.10; ``--task text``: Tiny
+Shakespeare, target 2.4), live, on this machine:
 
-1. the dense reference: the demo before issue 33 (``batchsize_vs_steps_previous`` in
-   benchmarks/presets, whose model, data, ranges and horizon the fast preset shares) with 7
-   batch sizes × ``--dense-trials`` (24) tuned trials each;
-2. the cheap protocol, ``batchsize_vs_steps_fast`` (adaptive batch sizes + transfer between
-   points + deadline pruning), once per seed (``--seeds``, default 10);
-3. that demo as it is (8 trials per point) for ``--demo-seeds`` seeds: a live run of a
-   protocol the replay can replay (fewer trials per point);
+1. the dense reference: the task's default study (``batchsize_vs_steps``,
+   ``shakespeare_batchsize``) with every batch size × ``--dense-trials`` (24) tuned trials;
+2. the fast preset (``batchsize_vs_steps_fast``, ``shakespeare_batchsize_fast``: adaptive
+   batch sizes + transfer between points + deadline pruning), once per sampler seed
+   (``--seeds``; 10 on the demo, 5 on text);
+3. the task's default study as shipped (8 trials per point on the demo, 4 on text) for
+   ``--default-seeds`` seeds: the second reference, and a live run of a protocol the replay
+   replays (fewer trials per point);
 
-then replays the dense study under the protocols run live and compares. A seed is the
-sampler's (``sampler.seed``); every run trains with the dense study's training seed, so
-the error measures the protocol, not the seed-to-seed spread of B_crit itself; seed 0 is the
-presets as they are. Compute is examples trained (steps × batch) by the tune trials, as a
-fraction of the dense study's.
+then replays the dense study (``--draws`` draws, 200): the fast protocol as far as a replay
+can (its adaptive rule, trials per point and deadline; it cannot re-propose trials, so
+transfer's predicted first trial is not part of it), the default study's fewer trials, and
+the plain grid with K = 1, 2, … random trials per point — the simplest cheaper protocol, to
+set the fast protocol's error beside at the same compute.
 
-Prints one JSON document: the dense B_crit, per seed the cheap protocol's compute fraction
-and B_crit, the distribution of |B_crit / B_crit,dense − 1| against the targets (median
-≤ 15%, 90th percentile ≤ 35%, at ≤ 30% of the compute), the replay vs the live runs, wall
-times and the machine's load. Takes tens of minutes; ``--quick`` checks the script in a few.
+A seed is the sampler's (``sampler.seed``); every run trains with the dense study's training
+seed, so the error measures the protocol, not the seed-to-seed spread of B_crit itself; seed
+0 is the presets as they are. Compute is examples trained (steps × batch) by the tune
+trials, as a fraction of each reference's.
 
-    python benchmarks/bcrit_efficiency.py [--seeds 10] [--dense-trials 24] [--demo-seeds 3]
-        [--work DIR] [--quick]
+Prints one JSON document: the references, per seed the fast protocol's batch sizes, compute
+fractions, B_crit and error |B_crit / B_crit,dense − 1|, their summary against the issue's
+targets (``ACCEPT``) with a two-sided sign test of the errors' signs, the plain-grid curve
+and the replay beside the live runs, wall times and the machine's load. A run dir that
+exists is resumed (a finished one is read, with the wall time it took when it ran). Takes
+tens of minutes per task; ``--quick`` checks the script in a few.
+
+    python benchmarks/bcrit_efficiency.py --task demo|text [--seeds N] [--dense-trials 24]
+        [--default-seeds 1] [--draws 200] [--work DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -36,18 +46,55 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
-# The reference the fast preset was designed against: the demo before issue 33 (the
-# built-in demo now tunes one LR over another range and evaluates a moving average).
-DENSE = "batchsize_vs_steps_previous"
-PRESETS = ["--config-dir", str(Path(__file__).resolve().parent / "presets")]
-TARGET = 1.10
-TARGETS = {"median_error": 0.15, "p90_error": 0.35, "compute_fraction": 0.30}
+
+
+@dataclass(frozen=True)
+class Task:
+    """A batch-size study, its fast preset and the numbers the issue holds them to."""
+
+    default: str  # the study as shipped: also the dense reference, with more trials
+    fast: str
+    target: float
+    default_trials: int
+    fast_trials: int
+    fast_points: int
+    deadline: float
+    seeds: int
+    accept: dict[str, float]
+
+
+TASKS = {
+    "demo": Task(
+        default="batchsize_vs_steps",
+        fast="batchsize_vs_steps_fast",
+        target=1.10,
+        default_trials=8,
+        fast_trials=5,
+        fast_points=6,
+        deadline=2.0,
+        seeds=10,
+        accept={"error_median": 0.10, "error_p90": 0.25, "compute_fraction_median": 0.25},
+    ),
+    "text": Task(
+        default="shakespeare_batchsize",
+        fast="shakespeare_batchsize_fast",
+        target=2.4,
+        default_trials=4,
+        fast_trials=4,
+        fast_points=5,
+        deadline=1.5,
+        seeds=5,
+        accept={"error_median": 0.15, "compute_fraction_median": 0.30},
+    ),
+}
+REPLAY_WITHIN = 0.05  # replay vs live: median error and compute fraction
 
 
 def _load() -> list[float]:
@@ -55,21 +102,27 @@ def _load() -> list[float]:
 
 
 def run_study(run_dir: Path, conf: str, overrides: list[str]) -> float:
-    """`sweep run` (resuming a run dir that exists); returns its wall time in seconds."""
+    """`sweep run` (resuming a run dir that exists); returns the wall time it took when it
+    ran (kept in ``RUN_DIR/../<name>.wall``: a finished study is not timed again)."""
+    stamp = run_dir.with_name(run_dir.name + ".wall")
+    if stamp.exists() and (run_dir / "study.json").exists():
+        return float(stamp.read_text())
     cmd = [SWEEP, "run", f"conf={conf}", f"run_dir={run_dir}", *overrides]
     start = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-4000:]}")
-    return time.monotonic() - start
+    wall = time.monotonic() - start
+    stamp.write_text(f"{wall:.1f}\n")
+    return wall
 
 
-def study_answer(run_dir: Path) -> dict[str, Any]:
+def study_answer(run_dir: Path, target: float) -> dict[str, Any]:
     """B_crit (with its interval) and the compute of a finished study, from its curves."""
     from stepscale.analysis.load import load
     from stepscale.analysis.replay import replay
 
-    rep = replay(load(run_dir), ["full"], target=TARGET).to_dict()
+    rep = replay(load(run_dir), ["full"], target=target).to_dict()
     ref = rep["reference"]["all"]
     return {
         "b_crit": ref["b_crit"],
@@ -82,8 +135,18 @@ def study_answer(run_dir: Path) -> dict[str, Any]:
     }
 
 
-def _errors(values: list[float], ref: float) -> list[float]:
-    return [abs(v / ref - 1) if v is not None and math.isfinite(v) else math.inf for v in values]
+def _signed(values: list[float], ref: float) -> list[float]:
+    return [v / ref - 1 if v is not None and math.isfinite(v) else math.inf for v in values]
+
+
+def sign_test(signed: list[float]) -> dict[str, Any]:
+    """Two-sided sign test of the errors' signs (exact binomial, p = 1/2; ties dropped)."""
+    above = sum(1 for s in signed if s > 0)
+    below = sum(1 for s in signed if s < 0)
+    n = above + below
+    k = min(above, below)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
+    return {"above": above, "below": below, "p_value": p, "biased_at_0.05": p < 0.05}
 
 
 def _summary(errors: list[float], fractions: list[float]) -> dict[str, Any]:
@@ -100,146 +163,213 @@ def _summary(errors: list[float], fractions: list[float]) -> dict[str, Any]:
 
 
 def live_runs(
-    work: Path, conf: str, seeds: list[int], overrides: list[str], dense: dict[str, Any]
+    work: Path,
+    task: Task,
+    conf: str,
+    seeds: list[int],
+    overrides: list[str],
+    refs: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    """One study per sampler seed: each one's B_crit, compute fraction and wall time."""
+    """One study per sampler seed: each one's B_crit, compute fractions and wall time."""
+    dense = refs["dense"]
     rows = []
     for seed in seeds:
         run_dir = work / f"{conf}-s{seed}"
         wall = run_study(run_dir, conf, [f"sampler.seed={seed}", *overrides])
-        ans = study_answer(run_dir)
-        extra = {}
+        ans = study_answer(run_dir, task.target)
+        row: dict[str, Any] = {
+            "seed": seed,
+            "b_crit": ans["b_crit"],
+            "b_crit_ci": ans["b_crit_ci"],
+            "batch_sizes": ans["batch_sizes"],
+            "trials": ans["trials"],
+            "examples": ans["examples"],
+            "compute_fraction": ans["examples"] / dense["examples"],
+            "wall_s": round(wall, 1),
+        }
+        if "default" in refs:
+            row["compute_fraction_of_default"] = ans["examples"] / refs["default"]["examples"]
         adaptive = run_dir / "adaptive.json"
         if adaptive.exists():
-            extra["adaptive_stopped"] = json.loads(adaptive.read_text()).get("stopped")
-        rows.append(
-            {
-                "seed": seed,
-                "b_crit": ans["b_crit"],
-                "b_crit_ci": ans["b_crit_ci"],
-                "batch_sizes": ans["batch_sizes"],
-                "trials": ans["trials"],
-                "compute_fraction": ans["examples"] / dense["examples"],
-                "steps_fraction": ans["steps"] / dense["steps"],
-                "wall_s": round(wall, 1),
-                **extra,
-            }
-        )
-        print(f"{conf} seed {seed}: {json.dumps(rows[-1])}", file=sys.stderr, flush=True)
-    errors = _errors([r["b_crit"] for r in rows], dense["b_crit"])
-    for r, e in zip(rows, errors, strict=True):
-        r["error"] = e
-    return {
+            row["adaptive_stopped"] = json.loads(adaptive.read_text()).get("stopped")
+        rows.append(row)
+        print(f"{conf} seed {seed}: {json.dumps(row)}", file=sys.stderr, flush=True)
+    signed = _signed([r["b_crit"] for r in rows], dense["b_crit"])
+    for r, s in zip(rows, signed, strict=True):
+        r["signed_error"] = s
+    out = {
         "conf": conf,
         "overrides": overrides,
         "runs": rows,
-        **_summary(errors, [r["compute_fraction"] for r in rows]),
+        **_summary([abs(s) for s in signed], [r["compute_fraction"] for r in rows]),
+        "sign_test": sign_test(signed),
     }
+    if "default" in refs:
+        out["compute_fraction_of_default_median"] = float(
+            np.median([r["compute_fraction_of_default"] for r in rows])
+        )
+    return out
 
 
-def replayed(dense_dir: Path, protocol: str, draws: int) -> dict[str, Any]:
-    """The dense study replayed under ``protocol``: compute fraction and B_crit error."""
+def replayed(dense_dir: Path, protocols: list[str], target: float, draws: int) -> list[dict]:
+    """The dense study replayed under ``protocols``: compute fraction and B_crit error."""
     from stepscale.analysis.load import load
     from stepscale.analysis.replay import replay
 
-    r = replay(load(dense_dir), [protocol], target=TARGET, draws=draws).to_dict()["protocols"][0]
-    spread = r.get("spread_q10_q90", {})
-    return {
-        "protocol": protocol,
-        "draws": r["draws"],
-        "compute_fraction": r["compute_fraction"]["examples"],
-        "compute_fraction_q10_q90": spread.get("examples"),
-        "b_crit": r["b_crit"],
-        "b_crit_q10_q90": spread.get("b_crit"),
-        "error_median": r["b_crit_error"]["median"],
-        "error_p90": r["b_crit_error"]["p90"],
-        "batch_sizes": r.get("batch_sizes", r.get("batch_sizes_first_draw")),
-    }
+    res = replay(load(dense_dir), protocols, target=target, draws=draws).to_dict()
+    out = []
+    for r in res["protocols"]:
+        spread = r.get("spread_q10_q90", {})
+        out.append(
+            {
+                "protocol": r["protocol"],
+                "draws": r["draws"],
+                "compute_fraction": r["compute_fraction"]["examples"],
+                "compute_fraction_q10_q90": spread.get("examples"),
+                "b_crit": r["b_crit"],
+                "b_crit_q10_q90": spread.get("b_crit"),
+                "error_median": r["b_crit_error"]["median"],
+                "error_p90": r["b_crit_error"]["p90"],
+                "failed_fits": r["failed_fits"],
+                "batch_sizes": r.get("batch_sizes", r.get("batch_sizes_first_draw")),
+            }
+        )
+    return out
 
 
 def compare(live: dict[str, Any], rep: dict[str, Any]) -> dict[str, Any]:
     """How closely a replay predicted the live runs of its protocol."""
     fl, fr = live["compute_fraction_median"], rep["compute_fraction"]
+    el, er = live["error_median"], rep["error_median"]
     return {
+        "protocol": rep["protocol"],
         "live_compute_fraction_median": fl,
         "replay_compute_fraction": fr,
-        "compute_ratio_live_over_replay": fl / fr if fr else None,
-        "live_error_median": live["error_median"],
-        "replay_error_median": rep["error_median"],
+        "live_error_median": el,
+        "replay_error_median": er,
         "live_error_p90": live["error_p90"],
         "replay_error_p90": rep["error_p90"],
+        "within": {
+            "compute_fraction": abs(fl - fr) <= REPLAY_WITHIN,
+            "error_median": abs(el - er) <= REPLAY_WITHIN,
+        },
         "live_b_crit": [r["b_crit"] for r in live["runs"]],
         "replay_b_crit_median_q10_q90": [rep["b_crit"], *(rep["b_crit_q10_q90"] or [])],
     }
 
 
+def same_compute(grid: list[dict[str, Any]], fraction: float) -> dict[str, Any]:
+    """The plain grid beside a protocol of ``fraction``: the two K that bracket it and the
+    median error interpolated (linearly in compute) between them."""
+    grid = sorted(grid, key=lambda g: g["compute_fraction"])
+    below = [g for g in grid if g["compute_fraction"] <= fraction]
+    above = [g for g in grid if g["compute_fraction"] >= fraction]
+    lo = below[-1] if below else None
+    hi = above[0] if above else None
+    if lo is None or hi is None or hi is lo:
+        g = lo or hi
+        assert g is not None
+        return {"below": lo, "above": hi, "error_median": g["error_median"]}
+    w = (fraction - lo["compute_fraction"]) / (hi["compute_fraction"] - lo["compute_fraction"])
+    err = lo["error_median"] + w * (hi["error_median"] - lo["error_median"])
+    return {"below": lo["protocol"], "above": hi["protocol"], "error_median": err}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=10, help="cheap-protocol runs (sampler seeds)")
+    ap.add_argument("--task", choices=sorted(TASKS), default="demo")
+    ap.add_argument("--seeds", type=int, default=None, help="fast-protocol runs (sampler seeds)")
     ap.add_argument("--dense-trials", type=int, default=24)
-    ap.add_argument("--demo-seeds", type=int, default=3, help="live runs of the 8-trial demo")
+    ap.add_argument("--default-seeds", type=int, default=1, help="live runs of the default")
     ap.add_argument("--draws", type=int, default=200, help="draws of random replays")
     ap.add_argument("--work", type=Path, default=None, help="keep the run dirs here (resumes)")
     ap.add_argument("--quick", action="store_true", help="tiny settings: checks the script")
     args = ap.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="bcrit-efficiency-"))
+    task = TASKS[args.task]
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"bcrit-efficiency-{args.task}-"))
     work.mkdir(parents=True, exist_ok=True)
-    dense_trials, seeds, demo_seeds = args.dense_trials, args.seeds, args.demo_seeds
-    cheap_over: list[str] = []
-    demo_trials = 8
+    dense_trials = args.dense_trials
+    seeds = args.seeds if args.seeds is not None else task.seeds
+    default_seeds, draws = args.default_seeds, args.draws
+    fast_over: list[str] = []
+    default_trials, fast_trials, fast_points = (
+        task.default_trials,
+        task.fast_trials,
+        task.fast_points,
+    )
     if args.quick:
-        dense_trials, seeds, demo_seeds, demo_trials = 3, 2, 1, 2
-        cheap_over = ["budget.trials_per_point=2", "scientific.batch_size.adaptive.max_points=4"]
+        dense_trials, seeds, default_seeds, draws = 3, 2, 1, 20
+        default_trials, fast_trials, fast_points = 2, 2, 4
+        fast_over = [
+            f"budget.trials_per_point={fast_trials}",
+            f"scientific.batch_size.adaptive.max_points={fast_points}",
+        ]
     load_start = _load()
     started = time.monotonic()
 
     dense_dir = work / "dense"
     dense_wall = run_study(
-        dense_dir, DENSE, [*PRESETS, f"budget.trials_per_point={dense_trials}", "name=dense"]
+        dense_dir, task.default, [f"budget.trials_per_point={dense_trials}", "name=dense"]
     )
-    dense = study_answer(dense_dir)
-    dense["wall_s"] = round(dense_wall, 1)
-    dense["trials_per_point"] = dense_trials
+    dense = study_answer(dense_dir, task.target) | {
+        "wall_s": round(dense_wall, 1),
+        "trials_per_point": dense_trials,
+    }
     print(f"dense: {json.dumps(dense)}", file=sys.stderr, flush=True)
-
-    # Seed 0 is the presets as they are (sampler.seed defaults to the study seed, 0).
-    cheap = live_runs(work, "batchsize_vs_steps_fast", list(range(seeds)), cheap_over, dense)
-    demo = live_runs(
+    refs = {"dense": dense}
+    default = live_runs(
         work,
-        DENSE,
-        list(range(demo_seeds)),
-        [*PRESETS, f"budget.trials_per_point={demo_trials}"],
-        dense,
+        task,
+        task.default,
+        list(range(default_seeds)),
+        [f"budget.trials_per_point={default_trials}"],
+        refs,
     )
-    # The cheap protocol without transfer (the replay cannot re-propose trials) …
-    cheap_trials = 2 if args.quick else 8
-    n_max = 4 if args.quick else 5
-    rep_cheap = [
-        replayed(dense_dir, f"adaptive:{n_max}+first:{cheap_trials}+deadline:1.5", 1),
-        replayed(dense_dir, f"adaptive:{n_max}+random:{cheap_trials}+deadline:1.5", args.draws),
-    ]
-    # … and fewer trials per point, which the live demo runs are.
-    rep_demo = [
-        replayed(dense_dir, f"first:{demo_trials}", 1),
-        replayed(dense_dir, f"random:{demo_trials}", args.draws),
-    ]
-    met = (
-        cheap["error_median"] <= TARGETS["median_error"]
-        and cheap["error_p90"] <= TARGETS["p90_error"]
-        and cheap["compute_fraction_median"] <= TARGETS["compute_fraction"]
+    # The default study as shipped (seed 0) is the second reference.
+    refs["default"] = default["runs"][0]
+    fast = live_runs(work, task, task.fast, list(range(seeds)), fast_over, refs)
+
+    # The fast protocol as a replay can run it (no transfer) and the default study's
+    # fewer trials, against their live runs; the plain grid with K random trials per point.
+    tail = f"+deadline:{task.deadline:g}"
+    rep_fast = replayed(
+        dense_dir,
+        [
+            f"adaptive:{fast_points}+random:{fast_trials}{tail}",
+            f"adaptive:{fast_points}+first:{fast_trials}{tail}",
+        ],
+        task.target,
+        draws,
     )
+    rep_default = replayed(
+        dense_dir,
+        [f"random:{default_trials}{tail}", f"first:{default_trials}{tail}"],
+        task.target,
+        draws,
+    )
+    ks = range(1, min(dense_trials, 2 * task.default_trials) + 1)
+    grid = replayed(dense_dir, [f"random:{k}{tail}" for k in ks], task.target, draws)
+    beside = same_compute(grid, fast["compute_fraction_median"])
+    accept = {key: fast[key] <= limit for key, limit in task.accept.items()} | {
+        "no_sign_bias": not fast["sign_test"]["biased_at_0.05"],
+        "beats_plain_grid_at_same_compute": fast["error_median"] < beside["error_median"],
+    }
     out = {
         "benchmark": "bcrit_efficiency",
+        "task": args.task,
         "quick": args.quick,
-        "target_loss": TARGET,
-        "targets": TARGETS,
-        "met": met,
+        "target_loss": task.target,
+        "accept_limits": task.accept,
+        "accept": accept,
+        "met": all(accept.values()),
         "dense": dense,
-        "cheap": cheap,
-        "demo_8_trials": demo,
+        "default": default,
+        "fast": fast,
+        "plain_grid": grid,
+        "plain_grid_at_fast_compute": beside,
         "replay_vs_live": {
-            "cheap_protocol": [compare(cheap, r) | {"protocol": r["protocol"]} for r in rep_cheap],
-            "fewer_trials": [compare(demo, r) | {"protocol": r["protocol"]} for r in rep_demo],
+            "fast": [compare(fast, r) for r in rep_fast],
+            "default": [compare(default, r) for r in rep_default],
         },
         "wall_s": round(time.monotonic() - started, 1),
         "loadavg_start": load_start,

@@ -15,12 +15,13 @@ import pytest
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis.analyze import analyze
-from stepscale.analysis.fits.design import initial_batches, next_batch
+from stepscale.analysis.fits.design import cover_choice, initial_batches, next_batch
+from stepscale.analysis.fits.transfer import bisection_order
 from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import load
 from stepscale.analysis.replay import ReplayError, parse_protocol, replay
 from stepscale.cli.main import main
-from stepscale.sweeps.run.transfer import TransferRun, bisection_order
+from stepscale.sweeps.run.transfer import TransferRun
 from stepscale.sweeps.study.schema import NuisanceParam, ScientificParam, StudyConfig
 from stepscale.sweeps.study.space import Point, build_space
 
@@ -38,29 +39,58 @@ def _spread(s: list[float]) -> float:
 
 
 def test_the_adaptive_rule_adds_the_batch_size_a_hand_computation_says() -> None:
-    # S(B) = 100 (1 + 20/B) exactly at 4, 32, 256: the fit gives B_crit = 20, and each
-    # batch size B contributes σ(log 20 − log B) = 1 / (1 + B/20) to the Jacobian.
-    steps = [100 * (1 + 20 / b) for b in (4, 32, 256)]
-    d = next_batch([4, 32, 256], steps, GRID, max_points=5)
+    # S(B) = 100 (1 + 20/B) exactly: the fit gives B_crit = 20, and each batch size B
+    # contributes σ(log 20 − log B) = 1 / (1 + B/20) to the Jacobian.
+    exact = {b: 100 * (1 + 20 / b) for b in GRID}
+    d = next_batch([4, 32, 256], [exact[b] for b in (4, 32, 256)], GRID, max_points=6)
     assert d.b_crit == pytest.approx(20, rel=1e-6) and d.s_min == pytest.approx(100, rel=1e-6)
-    have = [1 / 1.2, 1 / 2.6, 1 / 13.8]
-    hand = {8: 1 / 1.4, 16: 1 / 1.8, 64: 1 / 4.2, 128: 1 / 7.4}
-    variance = {b: 1 / _spread([*have, s]) for b, s in hand.items()}
-    # By hand: 8 → 2.832, 16 → 3.286, 64 → 3.123, 128 → 2.795: 128 narrows it most.
-    assert min(variance, key=variance.get) == 128
-    assert d.batch == 128 and d.rule == "variance"
-    assert {int(b): v for b, v in d.scores.items()} == pytest.approx(variance, rel=1e-9)
-    assert "too few to stop" in d.reason  # the exact fit's interval is tight, but 3 points
-    # Five exact points: the interval has collapsed, so the rule stops.
-    five = [4, 8, 32, 128, 256]
-    d = next_batch(five, [100 * (1 + 20 / b) for b in five], GRID, max_points=6)
+    # 32 lies within a factor 2 above B_crit = 20, nothing within [10, 20] below: 16 first.
+    assert (d.batch, d.rule) == (16, "cover")
+    have = [1 / 1.2, 1 / 1.8, 1 / 2.6, 1 / 13.8]  # 4, 16, 32, 256
+    d = next_batch([4, 16, 32, 256], [exact[b] for b in (4, 16, 32, 256)], GRID, max_points=6)
+    now = 1 / _spread(have)
+    after = {b: 1 / _spread([*have, 1 / (1 + b / 20)]) for b in (8, 64, 128)}
+    # By hand: 8 → 2.813, 64 → 2.905, 128 → 2.567 (from 3.286). 128 narrows it most, but a
+    # run to the target costs S_min (B + B_crit) examples: 2800 at 8, 14800 at 128, and per
+    # example 8 narrows it most (1.69e-4 vs 4.86e-5 at 128).
+    assert min(after, key=after.get) == 128
+    gain = {b: (now - v) / (100 * (b + 20)) for b, v in after.items()}
+    assert max(gain, key=gain.get) == 8
+    assert d.batch == 8 and d.rule == "variance"
+    assert {int(b): v for b, v in d.scores.items()} == pytest.approx(after, rel=1e-9)
+    assert {int(b): v for b, v in d.costs.items()} == pytest.approx(
+        {b: 100 * (b + 20) for b in (8, 64, 128)}, rel=1e-6
+    )
+    assert "too few to stop" in d.reason  # the exact fit's interval is tight, but 4 points
+    assert d.to_dict()["scores"][0] == {
+        "batch": 8,
+        "variance": pytest.approx(after[8]),
+        "examples": pytest.approx(2800),
+    }
+    # Five exact points, both sides covered: the interval has collapsed, so the rule stops.
+    five = [4, 8, 16, 32, 256]
+    d = next_batch(five, [exact[b] for b in five], GRID, max_points=6)
     assert d.batch is None and d.rule == "interval"
+    # Five exact points without one within a factor 2 below B_crit: not yet.
+    five = [4, 8, 32, 128, 256]
+    d = next_batch(five, [exact[b] for b in five], GRID, max_points=6)
+    assert (d.batch, d.rule) == (16, "cover")
     four = [4, 32, 128, 256]
     # max_points ends it first; with S(B) flat (B_crit unidentified) the widest gap is bisected.
     assert next_batch(four, [100.0] * 4, GRID, max_points=4).rule == "max_points"
     gap = next_batch([4, 256, 8], [100.0, 100.0, 100.0], GRID, max_points=6)
     assert (gap.batch, gap.rule) == (32, "gap")  # middle of the widest gap 8…256
     assert initial_batches(GRID, 3) == (4, 32, 256)
+
+
+def test_the_cover_rule_looks_within_a_factor_2_on_each_side() -> None:
+    assert cover_choice([4, 32, 256], [8, 16, 64, 128], 20.0) == 16  # below open
+    assert cover_choice([4, 16, 256], [8, 32, 64, 128], 20.0) == 32  # above open
+    assert cover_choice([4, 256], [8, 16, 32, 64, 128], 20.0) == 16  # both: the nearer (log)
+    assert cover_choice([4, 256], [8, 16, 32, 64, 128], 23.0) == 32
+    assert cover_choice([4, 16, 32, 256], [8, 64, 128], 20.0) is None  # covered
+    assert cover_choice([4, 20, 256], [8, 16, 32], 20.0) is None  # B_crit itself: both sides
+    assert cover_choice([64, 128, 256], [], 300.0) is None  # nothing left to cover with
 
 
 # ------------------------------------------------------------------ transfer
@@ -181,6 +211,30 @@ def test_replay_of_a_synthetic_study_gives_the_known_compute_and_bcrit(synthetic
     r2 = _by(rnd, "random:2")
     assert r2["draws"] == 30 and r2["spread_q10_q90"]["b_crit"][0] <= r2["b_crit"]
     assert len(_by(rnd, "adaptive:5")["batch_sizes"]) <= 5
+
+
+def test_a_transfer_replay_runs_the_predicted_lr_first_and_the_narrowed_range(
+    synthetic: Path,
+) -> None:
+    # η*(B) = lr0 (B/16)^0.5 exactly: the ends (16 and 1024) run all 6 trials (0.25 … 16 ×
+    # η*), and η* predicted at every batch size between them is exact, so each runs its
+    # η* trial first and then the two inside [η*/3, 3 η*] (0.5 and 2 × η*) — 3 trials.
+    out = replay(load(synthetic), ["transfer", "transfer+first:2", "full"]).to_dict()
+    total = sum(b * (5 * 6000 + 50) for b in SPEC.batches)
+    ends = (min(SPEC.batches), max(SPEC.batches))
+    known = sum(b * (5 * 6000 + 50) if b in ends else b * 3 * 6000 for b in SPEC.batches)
+    t = _by(out, "transfer")
+    assert t["compute_fraction"]["examples"] == pytest.approx(known / total)
+    assert t["b_crit"] == _by(out, "full")["b_crit"]  # every point still runs its η* trial
+    # K = 2: the ends run 0.25 and 0.5 × η* (the first two), so η* is predicted low; the
+    # points between still get the trial nearest the prediction and one more in range.
+    t2 = _by(out, "transfer+first:2")
+    assert t2["compute_fraction"]["examples"] == pytest.approx(
+        sum(b * 2 * 6000 for b in SPEC.batches) / total
+    )
+    with pytest.raises(ReplayError, match="bad 'transfer:0.5'"):
+        parse_protocol("transfer:0.5")
+    assert parse_protocol("adaptive:5+random:4+transfer").transfer == 3.0
 
 
 def _cut(run: Path) -> None:

@@ -15,10 +15,17 @@ Rules in order (:func:`next_batch`):
 2. S(B) cannot be fitted (fewer than 3 batch sizes reached the target) or B_crit is not
    identified (the fit ran to its bound: S(B) flat or ∝ 1/B over the batch sizes) → the
    candidate nearest the middle (in log B) of the widest gap between measured batch sizes;
-3. the bootstrap interval of B_crit spans at most a factor ``ci_ratio`` with at least
+3. no batch size fitted within a factor ``COVER`` (2) of the current B_crit estimate on one
+   side (below it, or above it) while a candidate lies there → that candidate (the one
+   nearest the estimate; both sides open: the nearer one). An estimate that rests only on
+   batch sizes far from it leans wherever the hyperbola is least true of the data;
+4. the bootstrap interval of B_crit spans at most a factor ``ci_ratio`` with at least
    ``min_points_to_stop`` (5) batch sizes fitted → stop (with fewer, the residuals have
    too few degrees of freedom for the interval to be trusted: it is narrow by luck);
-4. else the candidate that minimises the linearised variance of log B_crit.
+5. else the candidate that narrows log B_crit most per example it costs: the drop in the
+   linearised variance divided by the examples a run to the target takes there,
+   B·Ŝ(B) = S_min (B + B_crit) (a batch size far above B_crit costs many examples and
+   teaches little more than a cheaper one).
 
 Every function is pure; the orchestrator (``stepscale.sweeps.run.adaptive``) and the replay
 (:mod:`stepscale.analysis.replay`) both call :func:`next_batch`.
@@ -39,11 +46,14 @@ from stepscale.analysis.fits.arrays import batch_json, floats
 from stepscale.analysis.fits.records import BATCH, Record
 from stepscale.analysis.fits.steps import BCRIT_MARGIN, fit_steps
 
-__all__ = ["NextBatch", "bcrit_variance", "initial_batches", "next_batch"]
+__all__ = ["COVER", "NextBatch", "bcrit_variance", "cover_choice", "initial_batches", "next_batch"]
 
 # With fewer fitted batch sizes the residuals have too few degrees of freedom: a bootstrap
 # interval can be narrow by luck (replays of the demo stopped at 4 points 13% off).
 MIN_POINTS_TO_STOP = 5
+# Rule 3: a batch size within this factor of the B_crit estimate, on each side, before the
+# rule may stop (issue: estimates leaned low when 16 and 64 around B_crit ≈ 21 went unmeasured).
+COVER = 2.0
 
 
 @dataclass(frozen=True)
@@ -53,22 +63,28 @@ class NextBatch(Record):
     ``batch`` is the batch size to add (None: stop); ``reason`` says why in one sentence.
     ``b_crit``/``b_crit_ci`` are the current fit's (NaN when S(B) could not be fitted) and
     ``scores`` the linearised variance of log B_crit (relative to the noise in log S) after
-    adding each candidate (empty when rule 4 did not apply).
+    adding each candidate (empty when rule 5 did not apply), ``costs`` the examples a run to
+    the target takes at each candidate by the current fit, B·Ŝ(B).
     """
 
     batch: float | None = field(metadata=BATCH)
     reason: str
-    rule: str  # max_points | exhausted | gap | interval | variance
+    rule: str  # max_points | exhausted | gap | cover | interval | variance
     measured: tuple[float, ...] = field(metadata=BATCH)
     b_crit: float
     b_crit_ci: tuple[float, float]
     s_min: float
     variance: float  # of log B_crit now (relative), NaN without a fit
     scores: Mapping[float, float] = field(default_factory=dict)
+    costs: Mapping[float, float] = field(default_factory=dict)
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
-        """The scores as rows (batch, variance)."""
-        scores = [{"batch": batch_json(b), "variance": v} for b, v in self.scores.items()]
+        """The scores as rows (batch, variance, examples)."""
+        scores = [
+            {"batch": batch_json(b), "variance": v, "examples": self.costs.get(b)}
+            for b, v in self.scores.items()
+        ]
+        fields.pop("costs", None)
         return fields | {"scores": scores}
 
 
@@ -111,6 +127,24 @@ def _gap_choice(measured: Sequence[float], left: Sequence[float]) -> float:
         if best is None or key < best:
             best, choice = key, b
     return choice
+
+
+def cover_choice(
+    fitted: Sequence[float], left: Sequence[float], b_crit: float, factor: float = COVER
+) -> float | None:
+    """The candidate (of ``left``) to measure so that a fitted batch size lies within
+    ``factor`` of ``b_crit`` below it and above it (a batch size equal to it covers both
+    sides); None when both sides are covered or no candidate lies on an open side. Of two
+    open sides, the candidate nearer ``b_crit`` in log B (ties: the smaller)."""
+    lo, hi = b_crit / factor, b_crit * factor
+    picks = []
+    if not any(lo <= b <= b_crit for b in fitted):
+        picks += [c for c in left if lo <= c <= b_crit]
+    if not any(b_crit <= b <= hi for b in fitted):
+        picks += [c for c in left if b_crit <= c <= hi]
+    if not picks:
+        return None
+    return min(picks, key=lambda c: (abs(math.log(c / b_crit)), c))
 
 
 def next_batch(
@@ -182,19 +216,33 @@ def next_batch(
     lo, hi = fit.b_crit_ci
     ratio = hi / lo if lo > 0 and math.isfinite(lo) and math.isfinite(hi) else math.inf
     interval = f"B_crit = {fit.b_crit:.4g} [{lo:.4g}, {hi:.4g}]"
+    cover = cover_choice(fit.batch_sizes, left, fit.b_crit)
+    if cover is not None:
+        side = "below" if cover < fit.b_crit else "above"
+        return NextBatch(
+            cover,
+            f"{interval}: no batch size fitted within a factor {COVER:g} {side} it; "
+            f"{batch_json(cover)} is the candidate there nearest the estimate",
+            "cover",
+            measured,
+            **now,
+        )
     if ratio <= ci_ratio and fit.n_points >= min_points_to_stop:
         return NextBatch(
             None,
             f"{interval} spans a factor {ratio:.3g} ≤ {ci_ratio:g} with {fit.n_points} batch "
-            f"sizes fitted: B_crit is pinned",
+            f"sizes fitted, within a factor {COVER:g} of it on both sides: B_crit is pinned",
             "interval",
             measured,
             **now,
         )
     scores = {c: bcrit_variance([*fit.batch_sizes, c], fit.b_crit) for c in left}
-    best = min(scores.values())
-    # Ties (within rounding) go to the smaller batch size: fewer examples per step.
-    pick = min(c for c, v in scores.items() if v <= best * (1 + 1e-9))
+    # Examples to the target at c by the current fit: B·S(B) = S_min (B + B_crit).
+    costs = {c: fit.s_min * (c + fit.b_crit) for c in left}
+    gain = {c: (now["variance"] - v) / costs[c] for c, v in scores.items()}
+    best = max(gain.values())
+    # Ties (within rounding) go to the smaller batch size.
+    pick = min(c for c, g in gain.items() if g >= best * (1 - 1e-9))
     span = "unbounded" if not math.isfinite(ratio) else f"a factor {ratio:.3g}"
     why = (
         f"{interval} spans {span} (> {ci_ratio:g})"
@@ -205,9 +253,11 @@ def next_batch(
     return NextBatch(
         pick,
         f"{why}; adding {batch_json(pick)} shrinks the linearised variance of log B_crit "
-        f"most ({now['variance']:.3g} → {scores[pick]:.3g} per unit variance of log S)",
+        f"most per example ({now['variance']:.3g} → {scores[pick]:.3g} per unit variance of "
+        f"log S, for {costs[pick]:.3g} examples a run)",
         "variance",
         measured,
         **now,
         scores=scores,
+        costs=costs,
     )

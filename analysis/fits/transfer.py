@@ -29,7 +29,7 @@ from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.lr import fit_lr_law, optimal_lr
 from stepscale.analysis.fits.records import BATCH, Record
 
-__all__ = ["Prediction", "TrialObservation", "predict_nuisance"]
+__all__ = ["Prediction", "TrialObservation", "bisection_order", "predict_nuisance"]
 
 
 @dataclass(frozen=True)
@@ -157,3 +157,20 @@ def predict_nuisance(
         lr_law=law,
         log_sd=log_sd,
     )
+
+
+def bisection_order(values: list[float]) -> list[int]:
+    """Indices of ``values`` (ascending) in bisection order of log value: both ends, then
+    repeatedly the one farthest from those taken (ties: the smaller)."""
+    n = len(values)
+    if n <= 2:
+        return list(range(n))
+    logs = [math.log(v) for v in values]
+    order = [0, n - 1]
+    while len(order) < n:
+        rest = [i for i in range(n) if i not in order]
+        # distances rounded: log 32 − log 16 and log 128 − log 64 differ in the last bit
+        order.append(
+            max(rest, key=lambda i: (round(min(abs(logs[i] - logs[j]) for j in order), 9), -i))
+        )
+    return order

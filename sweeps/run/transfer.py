@@ -49,23 +49,6 @@ SCHEMA = "stepscale.transfer/v1"
 TrialsOf = Callable[[Point], list[FrozenTrial]]
 
 
-def bisection_order(values: list[float]) -> list[int]:
-    """Indices of ``values`` (ascending) in bisection order of log value: both ends, then
-    repeatedly the one farthest from those taken (ties: the smaller)."""
-    n = len(values)
-    if n <= 2:
-        return list(range(n))
-    logs = [math.log(v) for v in values]
-    order = [0, n - 1]
-    while len(order) < n:
-        rest = [i for i in range(n) if i not in order]
-        # distances rounded: log 32 − log 16 and log 128 − log 64 differ in the last bit
-        order.append(
-            max(rest, key=lambda i: (round(min(abs(logs[i] - logs[j]) for j in order), 9), -i))
-        )
-    return order
-
-
 class TransferRun:
     """Transfer between the points of one study in one run dir."""
 
@@ -90,6 +73,8 @@ class TransferRun:
     def orders(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
         """Point label → the points of its group in bisection order (computed once for
         all points: a grid of many groups stays cheap to serve)."""
+        from stepscale.analysis.fits.transfer import bisection_order  # numpy: when used
+
         groups: dict[tuple[tuple[str, str], ...], list[Point]] = {}
         for p in points:
             groups.setdefault(self._group(p), []).append(p)
