@@ -6,6 +6,11 @@ A protocol is one or more parts joined by ``+`` (e.g. ``first:8+deadline:3``):
 - ``first:K`` — the first K tune trials of each point, in the order the sampler proposed
   them (trial number);
 - ``random:K`` — K tune trials of each point drawn at random (a new draw each time);
+- ``spread:K`` — K tune trials drawn at random as if their LRs were spread evenly in log LR
+  (each trial drawn with the weight of the log-LR interval nearer it than any other trial,
+  the ends' intervals mirrored): a live study of K trials, whose sampler has seen too little
+  to concentrate, rather than K of a dense study's trials, which its sampler put mostly near
+  the optimum;
 - ``batches:B1,B2,…`` — only these batch sizes;
 - ``adaptive:N[:I]`` — the batch sizes an adaptive study would have chosen among the
   study's (:func:`analysis.fits.design.next_batch`: I = 3 spread in log B to start, up to
@@ -87,6 +92,7 @@ class Protocol:
     name: str
     first: int | None = None
     random: int | None = None
+    spread: int | None = None
     batches: tuple[float, ...] | None = None
     adaptive: tuple[int, int] | None = None  # (max points, initial)
     deadline: float | None = None
@@ -97,11 +103,11 @@ class Protocol:
     @property
     def stochastic(self) -> bool:
         """Whether each draw differs (random subsets)."""
-        return self.random is not None
+        return self.random is not None or self.spread is not None
 
 
 _PART = re.compile(
-    r"^(full|first|random|batches|adaptive|transfer|deadline|median|evals)(?::(.+))?$"
+    r"^(full|first|random|spread|batches|adaptive|transfer|deadline|median|evals)(?::(.+))?$"
 )
 
 
@@ -114,19 +120,22 @@ def parse_protocol(text: str) -> Protocol:
         if m is None:
             raise ReplayError(
                 f"--protocol {text!r}: unknown part {part!r}; parts are full, first:K, "
-                f"random:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], deadline:F, median[:S], "
+                f"random:K, spread:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], deadline:F, median[:S], "
                 f"evals:K "
                 f"(joined by +)"
             )
         kind, arg = m.group(1), m.group(2)
-        if kind in fields or (kind in ("first", "random") and ({"first", "random"} & set(fields))):
-            raise ReplayError(f"--protocol {text!r}: {kind} given twice or with first/random")
+        picks = {"first", "random", "spread"}
+        if kind in fields or (kind in picks and (picks & set(fields))):
+            raise ReplayError(
+                f"--protocol {text!r}: {kind} given twice or with first/random/spread"
+            )
         try:
             if kind == "full":
                 if arg is not None or len(parts) > 1:
                     raise ValueError("full stands alone")
                 fields["full"] = True
-            elif kind in ("first", "random", "evals"):
+            elif kind in ("first", "random", "spread", "evals"):
                 fields[kind] = int(arg or "")
                 if fields[kind] < 1:
                     raise ValueError("must be ≥ 1")
@@ -326,6 +335,25 @@ def _run_point(
     return out
 
 
+def _spread_weights(trials: Sequence[_Trial]) -> np.ndarray | None:
+    """Per trial, the share of the log-LR range nearer it than any other trial (the ends'
+    cells mirrored inward); None (equal weights) without usable LRs or with one trial."""
+    x = np.log(np.asarray([t.lr for t in trials], dtype=float))
+    if x.size < 2 or not np.isfinite(x).all():
+        return None
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    gaps = np.diff(xs)
+    cell = np.empty_like(xs)
+    cell[1:-1] = (gaps[:-1] + gaps[1:]) / 2
+    cell[0], cell[-1] = gaps[0], gaps[-1]
+    if not cell.sum() > 0:
+        return None
+    w = np.empty_like(cell)
+    w[order] = cell
+    return w / w.sum()
+
+
 @dataclass
 class _Draw:
     steps: float = 0.0
@@ -353,7 +381,7 @@ def _one_draw(
 
     def select(b: float) -> list[_Trial]:
         trials = g.of(b)
-        k = min(p.first or p.random or len(trials), len(trials))
+        k = min(p.first or p.random or p.spread or len(trials), len(trials))
         eta = _transferred_lr(b) if p.transfer is not None else None
         if eta is not None:  # the prediction first, then K − 1 inside the narrowed range
             lr, w = eta
@@ -362,8 +390,10 @@ def _one_draw(
             k -= 1
         else:
             first = None
-        if p.random is not None:
-            pick = sorted(rng.choice(len(trials), size=min(k, len(trials)), replace=False))
+        if p.random is not None or p.spread is not None:
+            weights = _spread_weights(trials) if p.spread is not None else None
+            size = min(k, len(trials), np.count_nonzero(weights) if weights is not None else k)
+            pick = sorted(rng.choice(len(trials), size=size, replace=False, p=weights))
             trials = [trials[i] for i in pick]
         else:
             trials = trials[:k]

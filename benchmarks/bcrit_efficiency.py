@@ -77,7 +77,7 @@ TASKS = {
         target=1.10,
         default_trials=8,
         fast_trials=5,
-        fast_points=6,
+        fast_points=7,
         deadline=2.0,
         seeds=10,
         accept={"error_median": 0.10, "error_p90": 0.25, "compute_fraction_median": 0.25},
@@ -329,30 +329,36 @@ def main() -> None:
     refs["default"] = default["runs"][0]
     fast = live_runs(work, task, task.fast, list(range(seeds)), fast_over, refs)
 
-    # The fast protocol as a replay can run it (no transfer) and the default study's
-    # fewer trials, against their live runs; the plain grid with K random trials per point.
+    # The fast protocol as a replay can run it and the default study's fewer trials, against
+    # their live runs; the plain grid with K trials per point. Trials drawn three ways: in the
+    # dense study's order (first), at random (random), and spread evenly in log LR (spread:
+    # like a live study too short for its sampler to concentrate).
     tail = f"+deadline:{task.deadline:g}"
+    picks = ("first", "random", "spread")
     rep_fast = replayed(
         dense_dir,
-        [
-            f"adaptive:{fast_points}+random:{fast_trials}{tail}",
-            f"adaptive:{fast_points}+first:{fast_trials}{tail}",
-        ],
+        [f"adaptive:{fast_points}+{pick}:{fast_trials}{tail}+transfer" for pick in picks],
         task.target,
         draws,
     )
     rep_default = replayed(
-        dense_dir,
-        [f"random:{default_trials}{tail}", f"first:{default_trials}{tail}"],
-        task.target,
-        draws,
+        dense_dir, [f"{pick}:{default_trials}{tail}" for pick in picks], task.target, draws
     )
     ks = range(1, min(dense_trials, 2 * task.default_trials) + 1)
-    grid = replayed(dense_dir, [f"random:{k}{tail}" for k in ks], task.target, draws)
-    beside = same_compute(grid, fast["compute_fraction_median"])
+    grids = {
+        pick: replayed(dense_dir, [f"{pick}:{k}{tail}" for k in ks], task.target, draws)
+        for pick in ("random", "spread")
+    }
+    beside = {
+        pick: same_compute(grid, fast["compute_fraction_median"]) for pick, grid in grids.items()
+    }
     accept = {key: fast[key] <= limit for key, limit in task.accept.items()} | {
         "no_sign_bias": not fast["sign_test"]["biased_at_0.05"],
-        "beats_plain_grid_at_same_compute": fast["error_median"] < beside["error_median"],
+        "beats_plain_grid_at_same_compute": fast["error_median"] < beside["random"]["error_median"],
+        "replay_predicts_live": all(
+            all(c["within"].values())
+            for c in (compare(fast, rep_fast[1]), compare(default, rep_default[1]))
+        ),
     }
     out = {
         "benchmark": "bcrit_efficiency",
@@ -365,7 +371,7 @@ def main() -> None:
         "dense": dense,
         "default": default,
         "fast": fast,
-        "plain_grid": grid,
+        "plain_grid": grids,
         "plain_grid_at_fast_compute": beside,
         "replay_vs_live": {
             "fast": [compare(fast, r) for r in rep_fast],

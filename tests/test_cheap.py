@@ -15,7 +15,7 @@ import pytest
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis.analyze import analyze
-from stepscale.analysis.fits.design import cover_choice, initial_batches, next_batch
+from stepscale.analysis.fits.design import NextBatch, cover_choice, initial_batches, next_batch
 from stepscale.analysis.fits.transfer import bisection_order
 from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import load
@@ -39,57 +39,65 @@ def _spread(s: list[float]) -> float:
 
 
 def test_the_adaptive_rule_adds_the_batch_size_a_hand_computation_says() -> None:
-    # S(B) = 100 (1 + 20/B) exactly: the fit gives B_crit = 20, and each batch size B
-    # contributes σ(log 20 − log B) = 1 / (1 + B/20) to the Jacobian.
+    # S(B) = 100 (1 + 20/B) exactly: the fit gives B_crit = 20.
     exact = {b: 100 * (1 + 20 / b) for b in GRID}
-    d = next_batch([4, 32, 256], [exact[b] for b in (4, 32, 256)], GRID, max_points=6)
+
+    def decide(measured: list[int], **kw: float) -> NextBatch:
+        return next_batch(measured, [exact[b] for b in measured], GRID, max_points=7, **kw)
+
+    d = decide([4, 32, 256])
     assert d.b_crit == pytest.approx(20, rel=1e-6) and d.s_min == pytest.approx(100, rel=1e-6)
-    # 32 lies within a factor 2 above B_crit = 20, nothing within [10, 20] below: 16 first.
+    # 32 lies within a factor 2 above B_crit = 20, nothing within [10, 20] below: 16 first;
+    # then two batch sizes at or below 10 (4 and 8) and two at or above 40 (256 and 64, the
+    # cheapest there): each asymptote of S(B) rests on two measurements.
     assert (d.batch, d.rule) == (16, "cover")
-    have = [1 / 1.2, 1 / 1.8, 1 / 2.6, 1 / 13.8]  # 4, 16, 32, 256
-    d = next_batch([4, 16, 32, 256], [exact[b] for b in (4, 16, 32, 256)], GRID, max_points=6)
-    now = 1 / _spread(have)
-    after = {b: 1 / _spread([*have, 1 / (1 + b / 20)]) for b in (8, 64, 128)}
-    # By hand: 8 → 2.813, 64 → 2.905, 128 → 2.567 (from 3.286). 128 narrows it most, but a
-    # run to the target costs S_min (B + B_crit) examples: 2800 at 8, 14800 at 128, and per
-    # example 8 narrows it most (1.69e-4 vs 4.86e-5 at 128).
-    assert min(after, key=after.get) == 128
-    gain = {b: (now - v) / (100 * (b + 20)) for b, v in after.items()}
-    assert max(gain, key=gain.get) == 8
-    assert d.batch == 8 and d.rule == "variance"
-    assert {int(b): v for b, v in d.scores.items()} == pytest.approx(after, rel=1e-9)
-    assert {int(b): v for b, v in d.costs.items()} == pytest.approx(
-        {b: 100 * (b + 20) for b in (8, 64, 128)}, rel=1e-6
-    )
-    assert "too few to stop" in d.reason  # the exact fit's interval is tight, but 4 points
-    assert d.to_dict()["scores"][0] == {
-        "batch": 8,
-        "variance": pytest.approx(after[8]),
-        "examples": pytest.approx(2800),
-    }
-    # Five exact points, both sides covered: the interval has collapsed, so the rule stops.
-    five = [4, 8, 16, 32, 256]
-    d = next_batch(five, [exact[b] for b in five], GRID, max_points=6)
-    assert d.batch is None and d.rule == "interval"
-    # Five exact points without one within a factor 2 below B_crit: not yet.
-    five = [4, 8, 32, 128, 256]
-    d = next_batch(five, [exact[b] for b in five], GRID, max_points=6)
-    assert (d.batch, d.rule) == (16, "cover")
-    four = [4, 32, 128, 256]
+    assert (decide([4, 16, 32, 256]).batch, decide([4, 16, 32, 256]).rule) == (8, "cover")
+    assert decide([4, 8, 16, 32, 256]).batch == 64
+    # Covered, five or more exact points: the interval has collapsed, so the rule stops.
+    d = decide([4, 8, 16, 32, 64, 256])
+    assert d.batch is None and d.rule == "interval" and "both sides" in d.reason
     # max_points ends it first; with S(B) flat (B_crit unidentified) the widest gap is bisected.
+    four = [4, 32, 128, 256]
     assert next_batch(four, [100.0] * 4, GRID, max_points=4).rule == "max_points"
     gap = next_batch([4, 256, 8], [100.0, 100.0, 100.0], GRID, max_points=6)
     assert (gap.batch, gap.rule) == (32, "gap")  # middle of the widest gap 8…256
     assert initial_batches(GRID, 3) == (4, 32, 256)
 
 
-def test_the_cover_rule_looks_within_a_factor_2_on_each_side() -> None:
+def test_past_the_cover_the_rule_adds_what_narrows_b_crit_most_per_example() -> None:
+    # Covered (4, 8 | 16 | 32 | 64, 128 around B_crit ≈ 20), S(B) off the hyperbola by a few
+    # percent so that the interval stays wider than ci_ratio = 1.01: rule 5 chooses among
+    # 2, 256, 512 and 1024. Each candidate c contributes σ(log B_crit − log c) to the Jacobian,
+    # and a run there costs S_min (c + B_crit) examples by the fit.
+    measured = [4, 8, 16, 32, 64, 128]
+    wobble = [1.03, 0.97, 1.02, 0.98, 1.03, 0.97]
+    steps = [100 * (1 + 20 / b) * w for b, w in zip(measured, wobble, strict=True)]
+    grid = [2, *GRID, 512, 1024]
+    d = next_batch(measured, steps, grid, max_points=8, ci_ratio=1.01)
+    assert d.rule == "variance"
+    sig = {b: 1 / (1 + b / d.b_crit) for b in grid}
+    now = 1 / _spread([sig[b] for b in measured])
+    after = {c: 1 / _spread([*(sig[b] for b in measured), sig[c]]) for c in (2, 256, 512, 1024)}
+    cost = {c: d.s_min * (c + d.b_crit) for c in after}
+    gain = {c: (now - v) / cost[c] for c, v in after.items()}
+    assert {int(b): v for b, v in d.scores.items()} == pytest.approx(after, rel=1e-9)
+    assert {int(b): v for b, v in d.costs.items()} == pytest.approx(cost, rel=1e-9)
+    assert d.batch == max(gain, key=gain.get) == 2
+    # Without the cost the batch size far above B_crit would win: it pins S_min best.
+    assert min(after, key=after.get) == 1024
+    row = d.to_dict()["scores"][0]
+    assert set(row) == {"batch", "variance", "examples"} and row["batch"] == 2
+
+
+def test_the_cover_rule_looks_within_a_factor_2_on_each_side_then_at_both_asymptotes() -> None:
     assert cover_choice([4, 32, 256], [8, 16, 64, 128], 20.0) == 16  # below open
     assert cover_choice([4, 16, 256], [8, 32, 64, 128], 20.0) == 32  # above open
     assert cover_choice([4, 256], [8, 16, 32, 64, 128], 20.0) == 16  # both: the nearer (log)
     assert cover_choice([4, 256], [8, 16, 32, 64, 128], 23.0) == 32
-    assert cover_choice([4, 16, 32, 256], [8, 64, 128], 20.0) is None  # covered
-    assert cover_choice([4, 20, 256], [8, 16, 32], 20.0) is None  # B_crit itself: both sides
+    assert cover_choice([4, 16, 32, 256], [8, 64, 128], 20.0) == 8  # one at ≤ 10: the largest
+    assert cover_choice([4, 8, 16, 32, 256], [64, 128], 20.0) == 64  # one at ≥ 40: the cheapest
+    assert cover_choice([4, 8, 16, 32, 64, 256], [128], 20.0) is None  # covered
+    assert cover_choice([4, 8, 20, 64, 256], [16, 32], 20.0) is None  # B_crit itself: both sides
     assert cover_choice([64, 128, 256], [], 300.0) is None  # nothing left to cover with
 
 
@@ -232,9 +240,26 @@ def test_a_transfer_replay_runs_the_predicted_lr_first_and_the_narrowed_range(
     assert t2["compute_fraction"]["examples"] == pytest.approx(
         sum(b * 2 * 6000 for b in SPEC.batches) / total
     )
-    with pytest.raises(ReplayError, match="bad 'transfer:0.5'"):
+    with pytest.raises(ReplayError, match=r"bad 'transfer:0\.5'"):
         parse_protocol("transfer:0.5")
     assert parse_protocol("adaptive:5+random:4+transfer").transfer == 3.0
+
+
+def test_spread_draws_weigh_each_trial_by_its_share_of_the_log_lr_range(synthetic: Path) -> None:
+    from stepscale.analysis.replay import _groups, _spread_weights
+
+    (group,) = _groups(load(synthetic), 2.0)
+    trials = group.of(16.0)
+    # 0.25, 0.5, 1, 2, 4, 16 × η*: in log2 cells of 1, 1, 1, 1, 1.5 and 2 (the ends mirrored).
+    w = _spread_weights(trials)
+    assert w is not None
+    assert w.tolist() == pytest.approx([1 / 7.5, 1 / 7.5, 1 / 7.5, 1 / 7.5, 1.5 / 7.5, 2 / 7.5])
+    # Six of six is every trial, whatever the weights: the full study's answer, each draw.
+    out = replay(load(synthetic), ["spread:6", "full"], draws=20).to_dict()
+    assert _by(out, "spread:6")["draws"] == 20
+    assert _by(out, "spread:6")["b_crit_error"]["max"] == 0
+    with pytest.raises(ReplayError, match="given twice or with first/random/spread"):
+        parse_protocol("random:2+spread:2")
 
 
 def _cut(run: Path) -> None:

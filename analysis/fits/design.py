@@ -15,10 +15,12 @@ Rules in order (:func:`next_batch`):
 2. S(B) cannot be fitted (fewer than 3 batch sizes reached the target) or B_crit is not
    identified (the fit ran to its bound: S(B) flat or ∝ 1/B over the batch sizes) → the
    candidate nearest the middle (in log B) of the widest gap between measured batch sizes;
-3. no batch size fitted within a factor ``COVER`` (2) of the current B_crit estimate on one
-   side (below it, or above it) while a candidate lies there → that candidate (the one
-   nearest the estimate; both sides open: the nearer one). An estimate that rests only on
-   batch sizes far from it leans wherever the hyperbola is least true of the data;
+3. the fit does not yet rest on the batch sizes it needs around the current B_crit estimate
+   while a candidate can supply them (:func:`cover_choice`) → that candidate: one within a
+   factor ``COVER`` (2) below the estimate and one above it (an estimate resting only on
+   batch sizes far from it leans wherever the hyperbola is least true of the data), then two
+   at or beyond that factor on each side (each asymptote of S(B) pinned by two
+   measurements, so that one point's luck in tuning does not tilt the curve);
 4. the bootstrap interval of B_crit spans at most a factor ``ci_ratio`` with at least
    ``min_points_to_stop`` (5) batch sizes fitted → stop (with fewer, the residuals have
    too few degrees of freedom for the interval to be trusted: it is narrow by luck);
@@ -132,19 +134,32 @@ def _gap_choice(measured: Sequence[float], left: Sequence[float]) -> float:
 def cover_choice(
     fitted: Sequence[float], left: Sequence[float], b_crit: float, factor: float = COVER
 ) -> float | None:
-    """The candidate (of ``left``) to measure so that a fitted batch size lies within
-    ``factor`` of ``b_crit`` below it and above it (a batch size equal to it covers both
-    sides); None when both sides are covered or no candidate lies on an open side. Of two
-    open sides, the candidate nearer ``b_crit`` in log B (ties: the smaller)."""
+    """The candidate (of ``left``) to measure so that the fit rests on the batch sizes it
+    needs around ``b_crit``, or None when it does (or no candidate can help):
+
+    - one within ``factor`` of ``b_crit`` below it and one above it (a batch size equal to it
+      covers both sides): of two open sides, the candidate nearer ``b_crit`` in log B (ties:
+      the smaller);
+    - two at or beyond ``factor`` on each side, where S(B) is near its asymptotes (∝ 1/B
+      below, S_min above): each asymptote then rests on two measurements, not on one whose
+      luck in tuning tilts the whole curve. Below: the largest candidate there; above: the
+      smallest (the cheapest).
+    """
     lo, hi = b_crit / factor, b_crit * factor
-    picks = []
+    near = []
     if not any(lo <= b <= b_crit for b in fitted):
-        picks += [c for c in left if lo <= c <= b_crit]
+        near += [c for c in left if lo <= c <= b_crit]
     if not any(b_crit <= b <= hi for b in fitted):
-        picks += [c for c in left if b_crit <= c <= hi]
-    if not picks:
-        return None
-    return min(picks, key=lambda c: (abs(math.log(c / b_crit)), c))
+        near += [c for c in left if b_crit <= c <= hi]
+    if near:
+        return min(near, key=lambda c: (abs(math.log(c / b_crit)), c))
+    below = [c for c in left if c <= lo]
+    if sum(1 for b in fitted if b <= lo) < 2 and below:
+        return max(below)
+    above = [c for c in left if c >= hi]
+    if sum(1 for b in fitted if b >= hi) < 2 and above:
+        return min(above)
+    return None
 
 
 def next_batch(
