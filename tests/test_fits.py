@@ -83,6 +83,24 @@ def test_fit_steps_recovers_exact_curve_and_derived_quantities() -> None:
     assert d["overhead"] == 0.1 and d["reference_batch"] == 16
 
 
+def test_fit_steps_leaves_out_a_batch_size_that_needed_more_steps_than_a_smaller_one() -> None:
+    # S(B) = 500 (1 + 128/B) exactly, but 1024 under-tuned: 2.5× the steps of 512 (which
+    # needs 625). It is left out, and the fit is the exact curve's; 10% over a smaller
+    # batch size's steps is within one evaluation's luck and stays in.
+    batch = [16, 32, 64, 128, 256, 512, 1024]
+    steps = [500 * (1 + 128 / b) for b in batch]
+    bad = [*steps[:-1], 2.5 * steps[-2]]
+    fit = fit_steps(batch, bad, n_boot=50)
+    assert fit.under_tuned == (1024.0,) and 1024.0 not in fit.batch_sizes
+    assert fit.b_crit == pytest.approx(128, rel=1e-6)
+    assert "1024 needed 1562.5 steps, more than 1.25× the 625 of the smaller 512" in fit.warnings[0]
+    assert fit.to_dict()["under_tuned"] == [1024]
+    kept = fit_steps(batch, bad, n_boot=0, monotone=False)
+    assert kept.under_tuned == () and kept.b_crit < 0.8 * 128  # one point tilts the curve
+    near = fit_steps(batch, [*steps[:-1], 1.1 * steps[-2]], n_boot=0)
+    assert near.under_tuned == () and 1024.0 in near.batch_sizes
+
+
 def test_fit_steps_echoes_reference_batch() -> None:
     fit = fit_steps(B11, s_of_b(B11), reference_batch=100, overhead=0.2, n_boot=0)
     assert fit.reference_batch == 100

@@ -98,7 +98,7 @@ def test_sweep_fit_keys_keep_their_order() -> None:
         "s_min", "e_min", "b_crit", "b_crit_ci", "s_min_ci", "e_min_ci", "cbs", "cbs_ci",
         "overhead", "reference_batch", "regions", "n_points", "not_reached", "censored_at",
         "batch_sizes", "steps", "fitted_steps", "residuals", "residual_std", "confidence",
-        "n_boot", "seed", "warnings",
+        "n_boot", "seed", "warnings", "under_tuned",
     ]  # fmt: skip
     assert list(fit.to_dict()["regions"]) == [
         "perfect_scaling_max_batch",

@@ -31,6 +31,15 @@ from stepscale.analysis.fits.records import BATCH, Record, as_json
 # B_crit may lie outside the measured batch sizes, but not by more than this factor on
 # either side: beyond it S(B) is flat (or ∝ 1/B) over the data and B_crit is unidentified.
 BCRIT_MARGIN = math.log(1e6)
+# Tuned well, a larger batch never needs more steps than a smaller one (S(B) falls towards
+# S_min). A batch size that needed more than this factor times the steps of a smaller one
+# was not tuned well enough to count: it is left out of the fit (``under_tuned``). The
+# margin is what one evaluation interval and a few trials' luck explain (on the demo one
+# evaluation is 10% of S at every batch size); beyond it, one such point — typically the
+# largest batch size, the most sensitive to the LR and the most expensive to tune — tilts
+# the whole curve (the fast demo's 256 at 28 and 42 steps against 20 at 128: B_crit −20%
+# and −40%).
+UNDER_TUNED_FACTOR = 1.25
 
 
 # ------------------------------------------------------------------- steps to result
@@ -105,6 +114,8 @@ class StepsFit(Record):
     """Fit of S(B) = S_min (1 + B_crit/B) in log space, with residual-bootstrap intervals.
 
     ``residuals`` are log(S) − log(S_fit) at ``batch_sizes`` (those used in the fit).
+    ``under_tuned`` are batch sizes that reached the target but were left out: they needed
+    more than ``UNDER_TUNED_FACTOR`` times the steps of a smaller batch size.
     ``cbs`` is the overhead-based critical batch size (1+r)·B0 + r·B_crit with
     r = ``overhead`` and B0 = ``reference_batch``. Perfect scaling holds for
     B ≤ ``perfect_scaling_max_batch`` (= r·B_crit, E ≤ (1+r)·E_min), maximal data
@@ -140,6 +151,8 @@ class StepsFit(Record):
     n_boot: int
     seed: int
     warnings: tuple[str, ...]
+    # batch sizes left out: more than UNDER_TUNED_FACTOR × the steps of a smaller one
+    under_tuned: tuple[float, ...] = field(default=(), metadata=BATCH)
 
     def predict(self, batch: ArrayLike) -> np.ndarray:
         """S(B) of the fitted model at the given batch sizes."""
@@ -242,6 +255,7 @@ def fit_steps(
     seed: int = 0,
     confidence: float = 0.95,
     not_reached: Iterable[float] | Mapping[float, float | None] = (),
+    monotone: bool = True,
 ) -> StepsFit:
     """Fit S(B) = S_min (1 + B_crit/B) to steps to result (McCandlish et al. 2018).
 
@@ -253,8 +267,10 @@ def fit_steps(
     in ``not_reached`` (a list, or a mapping batch → censoring horizon), are censored:
     excluded from the fit and listed in ``not_reached``. Several rows per batch size are
     reduced to their minimum. ``reference_batch`` (B0 of the overhead-based critical
-    batch size) defaults to the smallest batch size used in the fit. Raises ValueError
-    with fewer than 3 usable batch sizes.
+    batch size) defaults to the smallest batch size used in the fit. With ``monotone``
+    (the default) a batch size that needed more than ``UNDER_TUNED_FACTOR`` times the
+    steps of a smaller one is left out as under-tuned (``under_tuned``, and a warning).
+    Raises ValueError with fewer than 3 usable batch sizes.
     """
     if not (overhead > 0 and math.isfinite(overhead)):
         raise ValueError(f"overhead must be a positive number, got {overhead!r}")
@@ -279,6 +295,16 @@ def fit_steps(
         for bb, ss in zip(reduced.batch_sizes, reduced.steps, strict=True)
         if bb not in censored
     ]
+    under: list[tuple[float, float, float, float]] = []  # (batch, steps, smaller, its steps)
+    if monotone:
+        kept: list[tuple[float, float]] = []
+        for bb, ss in sorted(used):
+            best = min(kept, key=lambda u: u[1]) if kept else None
+            if best is not None and ss > UNDER_TUNED_FACTOR * best[1]:
+                under.append((bb, ss, *best))
+            else:
+                kept.append((bb, ss))
+        used = kept
     if len(used) < 3:
         raise ValueError(
             f"fitting S(B) needs at least 3 batch sizes that reached the target; got "
@@ -321,7 +347,12 @@ def fit_steps(
     r = float(overhead)
     cbs = (1 + r) * b0 + r * b_crit
 
-    warnings: list[str] = []
+    warnings: list[str] = [
+        f"batch size {batch_json(bb)} needed {ss:.6g} steps, more than {UNDER_TUNED_FACTOR:g}× "
+        f"the {sb:.6g} of the smaller {batch_json(b_small)}: under-tuned (a larger batch never "
+        f"needs more steps when tuned well), left out of the fit"
+        for bb, ss, b_small, sb in under
+    ]
     if b_hat <= lo + 1e-6 or b_hat >= hi - 1e-6:
         warnings.append(
             f"B_crit is not identified by the data: the fit hit its bound {b_crit:.4g} "
@@ -368,4 +399,5 @@ def fit_steps(
         n_boot=n_boot,
         seed=seed,
         warnings=tuple(warnings),
+        under_tuned=tuple(u[0] for u in under),
     )

@@ -84,7 +84,9 @@ def replay_section(rep: ReplayResult | None, note: str | None) -> list[Block]:
             rows,
             "first:K = first K trials per point in sampler order; random:K = K at random; "
             "deadline:F = stop at F × the point's fewest steps so far; median = Optuna's median "
-            "pruner; adaptive:N = batch sizes chosen by the adaptive rule (up to N); evals:K = "
+            "pruner; adaptive:N = batch sizes chosen by the adaptive rule (up to N); spread:K = K "
+            "drawn as if spread evenly in log LR; transfer = each point after the ends starts "
+            "from the predicted LR; evals:K = "
             "every K-th evaluation. error = |B_crit / B_crit,full − 1|.",
         ),
     ]
@@ -117,8 +119,10 @@ def adaptive_section(record: Mapping[str, Any] | None) -> list[Block]:
             f"The study started with batch sizes {', '.join(map(str, record.get('initial', [])))} "
             f"of the candidates {', '.join(map(str, record.get('candidates', [])))} "
             f"(max_points {s.get('max_points')}, stop at an interval within a factor "
-            f"{s.get('ci_ratio')}). After each round of points it fitted S(B) and added the "
-            f"candidate that most narrows the B_crit interval (recorded in adaptive.json)."
+            f"{s.get('ci_ratio')}). After each round of points it fitted S(B) and added first "
+            f"the batch sizes the fit needs around the B_crit estimate (one within a factor 2 "
+            f"on each side, two beyond that on each side), then the candidate that narrows the "
+            f"B_crit interval most per example it costs (recorded in adaptive.json)."
         ),
         table(["batch sizes measured", "B_crit then [95%]", "added", "why"], rows),
     ]
