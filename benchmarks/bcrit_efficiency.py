@@ -26,9 +26,10 @@ seed, so the error measures the protocol, not the seed-to-seed spread of B_crit 
 trials, as a fraction of each reference's.
 
 Prints one JSON document: the references, per seed the fast protocol's batch sizes, compute
-fractions, B_crit and error |B_crit / B_crit,dense − 1|, their summary against the issue's
-targets (``ACCEPT``) with a two-sided sign test of the errors' signs, the plain-grid curve
-and the replay beside the live runs, wall times and the machine's load. A run dir that
+fractions, B_crit and error |B_crit / B_crit,dense − 1|, their summary against the task's
+targets (``Task.accept``; ``accept`` says which are met) with a two-sided sign test of the
+errors' signs, the plain-grid curves and the plain grid at the fast protocol's compute, the
+replays beside the live runs (within ``REPLAY_WITHIN``), wall times and the machine's load. A run dir that
 exists is resumed (a finished one is read, with the wall time it took when it ran). Takes
 tens of minutes per task; ``--quick`` checks the script in a few.
 

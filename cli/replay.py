@@ -30,7 +30,8 @@ def replay_arguments(p: argparse.ArgumentParser) -> None:
         "per protocol, the compute it would have spent (steps, examples, FLOPs) as a "
         "fraction of the study's and the B_crit / S_min it would have fitted, with the "
         "spread over random draws. Protocol parts, joined by '+': full, first:K, "
-        "random:K, batches:B1,B2,…, adaptive:N[:I], deadline:F, median[:S], evals:K."
+        "random:K, spread:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], deadline:F, "
+        "median[:S], evals:K."
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="the study's run directory")
     p.add_argument(

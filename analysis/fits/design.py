@@ -5,9 +5,10 @@ S(B) = S_min (1 + B_crit/B) is fitted in log space as log S = a + softplus(b −
 (a = log S_min, b = log B_crit; :func:`analysis.fits.steps.fit_steps`). Linearised at the
 current fit, a batch size B contributes the row J(B) = [1, σ(b − log B)] (σ the logistic
 function) to the Jacobian, and the variance of b̂ is proportional to [(JᵀJ)⁻¹]_bb (equal
-noise in log S at every batch size). The next batch size is the candidate not measured yet
-that makes that variance smallest — it narrows the B_crit interval most; ties go to the
-smaller batch size, which costs fewer examples (E(B) = E_min (1 + B/B_crit) grows with B).
+noise in log S at every batch size). Once the fit rests on the batch sizes it needs around
+B_crit (rule 3), the next batch size is the candidate not measured yet that narrows that
+variance most per example a run there costs (E(B) = B·S(B) = E_min (1 + B/B_crit) grows
+with B); ties go to the smaller batch size.
 
 Rules in order (:func:`next_batch`):
 
