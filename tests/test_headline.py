@@ -122,7 +122,9 @@ def test_the_report_labels_the_demo_lr_law_not_determined(demo: Path) -> None:
 
 
 def test_a_wide_bcrit_is_not_determined_and_not_drawn(tmp_path: Path) -> None:
-    spec = Spec(batches=(16, 32, 64, 128), jitter=0.5, seed=3, lr_multipliers=(0.5, 1.0, 2.0))
+    # Steps 4400, 1720, 1320, 840: falling (no batch size left out as under-tuned), but so
+    # noisy that the interval spans a factor 18.
+    spec = Spec(batches=(16, 32, 64, 128), jitter=0.5, seed=7, lr_multipliers=(0.5, 1.0, 2.0))
     run = make_run_dir(tmp_path / "run", spec)
     ds = load(run)
     a = analyze(ds)
