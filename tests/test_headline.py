@@ -34,7 +34,7 @@ from stepscale.analysis.health import health_checks
 from stepscale.analysis.report import write_report
 from stepscale.analysis.report.blocks import to_markdown
 from stepscale.analysis.report.page import document
-from stepscale.analysis.report.sections import lr_law_text
+from stepscale.analysis.report.sections import fit_section, lr_law_text
 from stepscale.cli.main import build_parser
 from stepscale.cli.report import run_report
 from stepscale.errors import UsageError
@@ -119,6 +119,19 @@ def test_the_report_labels_the_demo_lr_law_not_determined(demo: Path) -> None:
     labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
     assert not any(lb.startswith("η* = ") for lb in labels)  # no law drawn
     assert any(NOT_DETERMINED in lb for lb in labels)  # but labelled
+
+
+def test_an_under_tuned_batch_size_is_named_and_left_out_in_the_report(tmp_path: Path) -> None:
+    # Steps 3660, 1060, 1480, 900: batch 64 needed 1.4× the steps of 32, so the fit rests on
+    # 16, 32 and 128, and the report says why 64 is missing.
+    spec = Spec(batches=(16, 32, 64, 128), jitter=0.4, seed=2, lr_multipliers=(0.5, 1.0, 2.0))
+    a = analyze(load(make_run_dir(tmp_path / "run", spec)))
+    fit = a.groups[0].fit_at(a.target)
+    assert fit is not None and fit.under_tuned == (64.0,)
+    assert fit.batch_sizes == (16.0, 32.0, 128.0)
+    md = to_markdown(fit_section(a))
+    assert "| all | 64 | 1,480 | 3 | reached; under-tuned, left out of the fit |" in md
+    assert any("batch size 64 needed 1480 steps" in w for w in a.warnings)
 
 
 def test_a_wide_bcrit_is_not_determined_and_not_drawn(tmp_path: Path) -> None:

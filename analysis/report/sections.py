@@ -148,7 +148,8 @@ def fit_section(a: StudyAnalysis) -> list[Block]:
             rows,
             "S(B) = S_min (1 + B_crit/B), least squares in log space; "
             "[95% residual-bootstrap intervals]. Batch sizes that never reached the "
-            "target are censored, not fitted, and listed.",
+            "target are censored, not fitted, and listed; a batch size that needed more than "
+            "1.25× the steps of a smaller one is under-tuned and left out.",
         )
     )
     out.append(para(f"Refit from the table: `{refit_command(a.batch_unit)}`", "note"))
@@ -157,8 +158,11 @@ def fit_section(a: StudyAnalysis) -> list[Block]:
         if g.result is None:
             continue
         r = g.result
+        fit = g.fit_at(a.target)
+        under = set(fit.under_tuned) if fit is not None else set()
         for b, s, k in zip(r.batch_sizes, r.steps, r.n_rows, strict=True):
-            rows.append([g.group, batch_text(b), integer(s), str(k), "reached"])
+            status = "reached; under-tuned, left out of the fit" if b in under else "reached"
+            rows.append([g.group, batch_text(b), integer(s), str(k), status])
         for b, c in zip(r.not_reached, r.censored_at, strict=True):
             rows.append([g.group, batch_text(b), "—", "", f"not reached within {integer(c)} steps"])
     if rows:
