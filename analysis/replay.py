@@ -120,9 +120,8 @@ def parse_protocol(text: str) -> Protocol:
         if m is None:
             raise ReplayError(
                 f"--protocol {text!r}: unknown part {part!r}; parts are full, first:K, "
-                f"random:K, spread:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], deadline:F, median[:S], "
-                f"evals:K "
-                f"(joined by +)"
+                f"random:K, spread:K, batches:B1,B2,…, adaptive:N[:I], transfer[:W], "
+                f"deadline:F, median[:S], evals:K (joined by +)"
             )
         kind, arg = m.group(1), m.group(2)
         picks = {"first", "random", "spread"}

@@ -83,6 +83,14 @@ def fit_arguments(fit: argparse.ArgumentParser) -> None:
         metavar="B0",
         help="reference batch size B0 (default: the smallest batch size fitted)",
     )
+    steps.add_argument(
+        "--keep-under-tuned",
+        action="store_true",
+        help=(
+            "fit every batch size; by default one that needed more than 1.25x the steps of "
+            "a smaller one is left out as under-tuned (listed as under_tuned)"
+        ),
+    )
     _add_boot_options(steps)
 
     hp = sub.add_parser(
@@ -210,6 +218,7 @@ def fit_steps_command(args: argparse.Namespace) -> dict[str, Any]:
                 reference_batch=ref,
                 n_boot=n_boot,
                 seed=seed,
+                monotone=not args.keep_under_tuned,
             )
         except ValueError as exc:
             raise UsageError(

@@ -125,6 +125,19 @@ def test_fit_steps_single_group_is_deterministic(tmp_path: Path) -> None:
     assert g["n_points"] == 9
 
 
+def test_fit_steps_leaves_out_an_under_tuned_batch_size_unless_told(tmp_path: Path) -> None:
+    # S(B) = 100 (1 + 32/B) at 8…256, but 256 took 3× the steps of 128.
+    rows = [(b, 100 * (1 + 32 / b)) for b in (8, 16, 32, 64, 128)] + [(256, 3 * 125.0)]
+    path = tmp_path / "s.csv"
+    path.write_text("batch,steps\n" + "".join(f"{b},{s}\n" for b, s in rows))
+    args = ("steps", "--csv", str(path), "--batch-col", "batch", "--steps-col", "steps")
+    (g,) = fit(*args)["groups"]
+    assert g["under_tuned"] == [256] and g["n_points"] == 5
+    assert g["b_crit"] == pytest.approx(32, rel=1e-6)
+    (kept,) = fit(*args, "--keep-under-tuned")["groups"]
+    assert kept["under_tuned"] == [] and kept["n_points"] == 6 and kept["b_crit"] < 30
+
+
 def test_fit_steps_bad_input(tmp_path: Path) -> None:
     path = steps_table(tmp_path)
     base = ["steps", "--batch-col", "batch", "--steps-col", "steps"]

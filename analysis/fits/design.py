@@ -235,10 +235,21 @@ def next_batch(
     cover = cover_choice(fit.batch_sizes, left, fit.b_crit)
     if cover is not None:
         side = "below" if cover < fit.b_crit else "above"
+        if fit.b_crit / COVER <= cover <= fit.b_crit * COVER:
+            why = (
+                f"no batch size fitted within a factor {COVER:g} {side} it; "
+                f"{batch_json(cover)} is the candidate there nearest the estimate"
+            )
+        else:
+            why = (
+                f"fewer than 2 batch sizes fitted beyond a factor {COVER:g} {side} it (the "
+                f"{'1/B' if side == 'below' else 'S_min'} asymptote rests on one); "
+                f"{batch_json(cover)} is the {'largest' if side == 'below' else 'cheapest'} "
+                f"candidate there"
+            )
         return NextBatch(
             cover,
-            f"{interval}: no batch size fitted within a factor {COVER:g} {side} it; "
-            f"{batch_json(cover)} is the candidate there nearest the estimate",
+            f"{interval}: {why}",
             "cover",
             measured,
             **now,

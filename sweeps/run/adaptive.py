@@ -3,8 +3,9 @@
 The study starts with ``initial`` batch sizes spread in log B (`sweeps.study.adaptive_axis`).
 Whenever every point it has is finished (all its trials in a final state), S(B) is fitted
 to their steps to result and :func:`stepscale.analysis.fits.design.next_batch` decides:
-add the candidate that most narrows the B_crit interval, or stop (``max_points``
-reached, the interval within a factor ``ci_ratio``, no candidate left). Deciding only
+add a batch size the fit needs around the B_crit estimate, else the candidate that narrows
+the B_crit interval most per example, or stop (``max_points`` reached, the interval within
+a factor ``ci_ratio`` with the estimate covered, no candidate left). Deciding only
 between points keeps the decisions a function of finished results, whatever the
 parallelism. A point added is an ordinary point: label ``batch_size=64``, its own Optuna
 study, trials under ``trials/batch_size=64/``.

@@ -25,8 +25,10 @@ __all__ = ["QUANTITIES", "LauncherConfig", "OrchestratorJobConfig"]
 class AdaptiveAxis:
     """Adaptive batch sizes (`stepscale.sweeps.run.adaptive`): the candidates are
     low·ratio^k up to high; the study starts with ``initial`` of them spread in log B,
-    fits S(B) after each finished point and adds the candidate that most narrows the
-    B_crit interval, until ``max_points`` or an interval within a factor ``ci_ratio``.
+    fits S(B) after each finished point and adds the batch sizes the fit needs around the
+    B_crit estimate, then the candidate that narrows the B_crit interval most per example,
+    until ``max_points`` or an interval within a factor ``ci_ratio``
+    (`stepscale.analysis.fits.design`).
     Off (the axis has ``values``) while low and high are unset."""
 
     low: float | None = None
