@@ -16,10 +16,11 @@ A protocol is one or more parts joined by ``+`` (e.g. ``first:8+deadline:3``):
   study's (:func:`analysis.fits.design.next_batch`: I = 3 spread in log B to start, up to
   N points, stop at an interval within a factor 2);
 - ``transfer[:W]`` — transfer between points (``sampler.transfer``) as far as a replay can
-  run it: the batch sizes are measured in bisection order of log B (an adaptive protocol:
-  its initial ones so, then each one it adds), and at every one after the two ends the LR
-  is predicted from the trials replayed so far (:func:`analysis.fits.transfer.predict_nuisance`);
-  the study's trial nearest the prediction (in log LR) runs first, and the others are drawn
+  run it: the batch sizes are measured in transfer's order (the smallest and the middle,
+  then the largest, then bisecting log B: :func:`analysis.fits.transfer.transfer_order`; an
+  adaptive protocol: its initial ones so, then each one it adds), and at every one after the
+  two anchors the LR is predicted from the trials replayed so far
+  (:func:`analysis.fits.transfer.predict_nuisance`); the study's trial nearest the prediction (in log LR) runs first, and the others are drawn
   (``random:K``, or taken in order with ``first:K``) from its trials inside the narrowed
   range [η̂/w, η̂·w], w = max(W, exp(2·sd)) (W = 3, sd the spread of η* about one power
   law). It can only pick among the LRs the study ran;
@@ -60,7 +61,7 @@ from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.design import initial_batches, next_batch
 from stepscale.analysis.fits.records import Record, as_json
 from stepscale.analysis.fits.steps import fit_steps
-from stepscale.analysis.fits.transfer import TrialObservation, bisection_order, predict_nuisance
+from stepscale.analysis.fits.transfer import TrialObservation, predict_nuisance, transfer_order
 from stepscale.errors import UsageError
 
 __all__ = [
@@ -400,8 +401,8 @@ def _one_draw(
 
     def _transferred_lr(b: float) -> tuple[float, float] | None:
         """The LR predicted at ``b`` from the batch sizes measured so far and the width of
-        its range; None at an end of the range (an anchor) or without a usable source."""
-        if b in (min(batches), max(batches)) or not results:
+        its range; None at an anchor or without a usable source."""
+        if b in anchors or not results:
             return None
         if not all(math.isfinite(t.lr) and t.lr > 0 for t in g.of(b)):
             return None
@@ -427,17 +428,22 @@ def _one_draw(
             results[b] = (min(reached) if reached else math.nan, outs, trials)
         return results[b]
 
-    def in_bisection_order(sizes: Sequence[float]) -> None:
-        """Transfer measures the ends first, then the one farthest from those measured."""
+    anchors: set[float] = set()  # tuned from scratch: the first two in transfer's order
+
+    def in_transfer_order(sizes: Sequence[float]) -> None:
+        """Transfer measures the smallest and the middle first (the anchors), then the
+        largest, then the one farthest from those measured (`transfer_order`)."""
         ordered = sorted(sizes)
-        for i in bisection_order(ordered):
+        order = transfer_order(ordered)
+        anchors.update(ordered[i] for i in order[:2])
+        for i in order:
             measure(ordered[i])
 
     if p.adaptive is not None:
         n_max, n_init = p.adaptive
         chosen = list(initial_batches(batches, n_init))
         if p.transfer is not None:
-            in_bisection_order(chosen)
+            in_transfer_order(chosen)
         while True:
             sizes = [b for b in chosen if math.isfinite(measure(b)[0])]
             decision = next_batch(
@@ -454,7 +460,7 @@ def _one_draw(
             chosen.append(decision.batch)
         batches = sorted(chosen)
     elif p.transfer is not None:
-        in_bisection_order(batches)
+        in_transfer_order(batches)
     d = _Draw(batches=tuple(batches))
     sizes, steps, missed = [], [], []
     for b in batches:

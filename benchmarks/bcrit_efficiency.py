@@ -25,11 +25,14 @@ seed, so the error measures the protocol, not the seed-to-seed spread of B_crit 
 0 is the presets as they are. Compute is examples trained (steps × batch) by the tune
 trials, as a fraction of each reference's.
 
-Prints one JSON document: the references, per seed the fast protocol's batch sizes, compute
-fractions, B_crit and error |B_crit / B_crit,dense − 1|, their summary against the task's
-targets (``Task.accept``; ``accept`` says which are met) with a two-sided sign test of the
-errors' signs, the plain-grid curves and the plain grid at the fast protocol's compute, the
-replays beside the live runs (within ``REPLAY_WITHIN``), wall times and the machine's load. A run dir that
+Prints one JSON document: the references, per seed the fast protocol's batch sizes, S(B)
+per batch size, compute fractions, B_crit and error |B_crit / B_crit,dense − 1|, their
+summary against the task's targets (``Task.accept``; ``accept`` says which are met) with a
+two-sided sign test of the errors' signs, a bootstrap interval of the median error over
+seeds, and per batch size the median ratio of the runs' S(B) to the dense study's (where a
+lean comes from), the plain-grid curves and the plain grid at the fast protocol's compute,
+the replays beside the live runs (within ``REPLAY_WITHIN``, and whether inside the live
+median's interval), wall times and the machine's load. A run dir that
 exists is resumed (a finished one is read, with the wall time it took when it ran). Takes
 tens of minutes per task; ``--quick`` checks the script in a few.
 
@@ -123,14 +126,37 @@ def run_study(run_dir: Path, conf: str, overrides: list[str]) -> float:
     return wall
 
 
+def fewest_steps(ds: Any, target: float) -> dict[str, float]:
+    """Per batch size (JSON key), the fewest steps to ``target`` of its tune trials: the
+    first evaluation below it, the S(B) the replay fits (batch sizes where no trial reached
+    it are left out)."""
+    from stepscale.analysis.dataset import study_axes
+
+    axis = study_axes(ds).batch
+    assert axis is not None
+    tune = ds["kind"].values == "tune"
+    batch = ds[axis.coord].values.astype(float)
+    step = ds["step"].values.astype(float)
+    below = ds["eval_loss"].values < target  # NaN (not evaluated) compares False
+    out: dict[str, float] = {}
+    for b in sorted(set(batch[tune])):
+        crossings = [step[row.argmax()] for row in below[tune & (batch == b)] if row.any()]
+        if crossings:
+            out[f"{b:g}"] = float(min(crossings))
+    return out
+
+
 def study_answer(run_dir: Path, target: float) -> dict[str, Any]:
-    """B_crit (with its interval) and the compute of a finished study, from its curves."""
+    """B_crit (with its interval), S(B) per batch size and the compute of a finished study,
+    from its curves."""
     from stepscale.analysis.load import load
     from stepscale.analysis.replay import replay
 
-    rep = replay(load(run_dir), ["full"], target=target).to_dict()
+    ds = load(run_dir)
+    rep = replay(ds, ["full"], target=target).to_dict()
     ref = rep["reference"]["all"]
     return {
+        "steps_by_batch": fewest_steps(ds, target),
         "b_crit": ref["b_crit"],
         "b_crit_ci": ref.get("b_crit_ci"),
         "s_min": ref["s_min"],
@@ -155,12 +181,39 @@ def sign_test(signed: list[float]) -> dict[str, Any]:
     return {"above": above, "below": below, "p_value": p, "biased_at_0.05": p < 0.05}
 
 
+def median_ci(values: list[float], level: float = 0.9, resamples: int = 4000) -> list[float]:
+    """A percentile bootstrap interval of the median of ``values`` (the seeds resampled;
+    a fixed generator, so the same runs give the same interval): how far the median of
+    this many seeds can be from the one more seeds would give."""
+    e = np.asarray(values, dtype=float)
+    method = "linear" if np.isfinite(e).all() else "inverted_cdf"
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, e.size, size=(resamples, e.size))
+    medians = np.quantile(e[picks], 0.5, axis=1, method=method)
+    tail = (1 - level) / 2
+    return [float(np.quantile(medians, q, method="inverted_cdf")) for q in (tail, 1 - tail)]
+
+
+def steps_ratios(rows: list[dict[str, Any]], dense: dict[str, Any]) -> dict[str, Any]:
+    """Per batch size, S(B) of the live runs over the dense study's: the median ratio and
+    the runs that measured it. Fewer trials find a worse best, and by how much tells where
+    the estimate's lean comes from (a top end overestimated more than the bottom → S_min
+    too high → B_crit low)."""
+    out: dict[str, Any] = {}
+    for b, ref in dense["steps_by_batch"].items():
+        r = [row["steps_by_batch"][b] / ref for row in rows if b in row["steps_by_batch"]]
+        if r:
+            out[b] = {"median": float(np.median(r)), "runs": len(r)}
+    return out
+
+
 def _summary(errors: list[float], fractions: list[float]) -> dict[str, Any]:
     e = np.asarray(errors, dtype=float)
     # A failed fit is an infinite error: quantiles then without interpolation (inf − inf).
     method = "linear" if np.isfinite(e).all() else "inverted_cdf"
     return {
         "error_median": float(np.quantile(e, 0.5, method=method)),
+        "error_median_ci90": median_ci(errors),
         "error_p90": float(np.quantile(e, 0.9, method=method)),
         "error_max": float(e.max()),
         "compute_fraction_median": float(np.median(fractions)),
@@ -190,6 +243,7 @@ def live_runs(
             "b_crit": ans["b_crit"],
             "b_crit_ci": ans["b_crit_ci"],
             "batch_sizes": ans["batch_sizes"],
+            "steps_by_batch": ans["steps_by_batch"],
             "trials": ans["trials"],
             "examples": ans["examples"],
             "compute_fraction": ans["examples"] / dense["examples"],
@@ -211,6 +265,7 @@ def live_runs(
         "runs": rows,
         **_summary([abs(s) for s in signed], [r["compute_fraction"] for r in rows]),
         "sign_test": sign_test(signed),
+        "steps_ratio_to_dense": steps_ratios(rows, dense),
     }
     if "default" in refs:
         out["compute_fraction_of_default_median"] = float(
@@ -254,7 +309,13 @@ def compare(live: dict[str, Any], rep: dict[str, Any]) -> dict[str, Any]:
         "live_compute_fraction_median": fl,
         "replay_compute_fraction": fr,
         "live_error_median": el,
+        "live_error_median_ci90": live["error_median_ci90"],
         "replay_error_median": er,
+        # with few seeds the live median is itself uncertain: is the replay inside its
+        # bootstrap interval (beside the acceptance's fixed tolerance)?
+        "replay_inside_live_ci90": live["error_median_ci90"][0]
+        <= er
+        <= live["error_median_ci90"][1],
         "live_error_p90": live["error_p90"],
         "replay_error_p90": rep["error_p90"],
         "within": {

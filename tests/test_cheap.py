@@ -16,7 +16,7 @@ from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.fits.design import NextBatch, cover_choice, initial_batches, next_batch
-from stepscale.analysis.fits.transfer import bisection_order
+from stepscale.analysis.fits.transfer import transfer_order
 from stepscale.analysis.health import health_checks
 from stepscale.analysis.load import load
 from stepscale.analysis.replay import ReplayError, parse_protocol, replay
@@ -129,8 +129,9 @@ def test_transfer_enqueues_the_predicted_optimal_lr(tmp_path: Path) -> None:
         return studies[p.label].get_trials(deepcopy=False)
 
     run = TransferRun(cfg, tmp_path)
-    # The ends are tuned: objective 100 (1 + ln(lr/η*)²) with η*(B) = 1e-3 (B/16)^0.5.
-    for p, warmup in ((b16, 10), (b256, 40)):
+    # The anchors (the smallest and the middle) are tuned: objective 100 (1 + ln(lr/η*)²)
+    # with η*(B) = 1e-3 (B/16)^0.5.
+    for p, warmup in ((b16, 10), (b64, 40)):
         run.start(space, p, studies[p.label], trials_of, tmp_path)  # anchors: nothing enqueued
         assert not studies[p.label].get_trials()
         dists = space.distributions(p.label)
@@ -144,23 +145,27 @@ def test_transfer_enqueues_the_predicted_optimal_lr(tmp_path: Path) -> None:
                     user_attrs={"kind": "tune", "state": "complete"},
                 )
             )
-    assert run.rank(space.points, b64) == 2 and run.ready(space.points, b64, trials_of)
-    run.start(space, b64, studies[b64.label], trials_of, tmp_path)
-    (waiting,) = studies[b64.label].get_trials(states=(optuna.trial.TrialState.WAITING,))
+    # The largest batch size comes third, extrapolated along the anchors' η*(B).
+    assert run.rank(space.points, b256) == 2 and run.ready(space.points, b256, trials_of)
+    run.start(space, b256, studies[b256.label], trials_of, tmp_path)
+    (waiting,) = studies[b256.label].get_trials(states=(optuna.trial.TrialState.WAITING,))
     enqueued = waiting.system_attrs["fixed_params"]
-    assert enqueued["lr"] == pytest.approx(_eta(64), rel=1e-6)  # 2e-3
-    assert enqueued["warmup"] == 10  # nearest tuned batch size (ties: the smaller)
-    dists = run.distributions(b64.label, space.distributions(b64.label))
-    assert (dists["lr"].low, dists["lr"].high) == pytest.approx((_eta(64) / 3, _eta(64) * 3))
-    trial = studies[b64.label].ask(fixed_distributions=dists)
-    assert trial.params["lr"] == pytest.approx(_eta(64), rel=1e-6)  # the first trial asked
+    assert enqueued["lr"] == pytest.approx(_eta(256), rel=1e-6)  # 4e-3
+    assert enqueued["warmup"] == 40  # the nearest tuned batch size's best
+    dists = run.distributions(b256.label, space.distributions(b256.label))
+    assert (dists["lr"].low, dists["lr"].high) == pytest.approx((_eta(256) / 3, _eta(256) * 3))
+    trial = studies[b256.label].ask(fixed_distributions=dists)
+    assert trial.params["lr"] == pytest.approx(_eta(256), rel=1e-6)  # the first trial asked
     record = json.loads((tmp_path / "transfer.json").read_text())
     assert record["points"][b16.label]["prediction"] is None  # an anchor
-    assert "interpolated" in record["points"][b64.label]["prediction"]["how"]["lr"]
-    run.start(space, b64, studies[b64.label], trials_of, tmp_path)  # once only
-    assert len(studies[b64.label].get_trials()) == 1
-    # Bisection order in log B: both ends, then the middle, then the gaps.
-    assert bisection_order([16, 32, 64, 128, 256]) == [0, 4, 2, 1, 3]
+    assert record["points"][b64.label]["prediction"] is None  # the other anchor
+    assert "extrapolated" in record["points"][b256.label]["prediction"]["how"]["lr"]
+    run.start(space, b256, studies[b256.label], trials_of, tmp_path)  # once only
+    assert len(studies[b256.label].get_trials()) == 1
+    # Transfer order in log B: the smallest and the middle, the largest, then the gaps.
+    assert transfer_order([16, 32, 64, 128, 256]) == [0, 2, 4, 1, 3]
+    assert transfer_order([8, 16, 32, 64, 128, 256]) == [0, 2, 5, 1, 3, 4]  # middle tie: 32
+    assert transfer_order([16, 256]) == [0, 1]
 
 
 # ------------------------------------------------------------------ replay
@@ -225,13 +230,14 @@ def test_replay_of_a_synthetic_study_gives_the_known_compute_and_bcrit(synthetic
 def test_a_transfer_replay_runs_the_predicted_lr_first_and_the_narrowed_range(
     synthetic: Path,
 ) -> None:
-    # η*(B) = lr0 (B/16)^0.5 exactly: the ends (16 and 1024) run all 6 trials (0.25 … 16 ×
-    # η*), and η* predicted at every batch size between them is exact, so each runs its
-    # η* trial first and then the two inside [η*/3, 3 η*] (0.5 and 2 × η*) — 3 trials.
+    # η*(B) = lr0 (B/16)^0.5 exactly: the anchors (16 and the middle, 128) run all 6 trials
+    # (0.25 … 16 × η*), and η* predicted at every other batch size is exact (1024:
+    # extrapolated, the others interpolated), so each runs its η* trial first and then the
+    # two inside [η*/3, 3 η*] (0.5 and 2 × η*) — 3 trials.
     out = replay(load(synthetic), ["transfer", "transfer+first:2", "full"]).to_dict()
     total = sum(b * (5 * 6000 + 50) for b in SPEC.batches)
-    ends = (min(SPEC.batches), max(SPEC.batches))
-    known = sum(b * (5 * 6000 + 50) if b in ends else b * 3 * 6000 for b in SPEC.batches)
+    anchors = (16, 128)
+    known = sum(b * (5 * 6000 + 50) if b in anchors else b * 3 * 6000 for b in SPEC.batches)
     t = _by(out, "transfer")
     assert t["compute_fraction"]["examples"] == pytest.approx(known / total)
     assert t["b_crit"] == _by(out, "full")["b_crit"]  # every point still runs its η* trial
@@ -368,14 +374,23 @@ def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Pa
     assert labels == ["batch_size=4", "batch_size=8", "batch_size=16", "batch_size=32"]
     assert sorted(p.name for p in (run / "trials").iterdir()) == sorted(labels)
     transfer = json.loads((run / "transfer.json").read_text())
-    assert {k: v["rank"] for k, v in transfer["points"].items() if v["prediction"] is None} == {
+    # The anchors are the smallest and the middle of the initial batch sizes; the largest is
+    # extrapolated, and the one the rule added comes after them, between tuned neighbours.
+    points = transfer["points"]
+    assert {k: v["rank"] for k, v in points.items()} == {
         "batch_size=4": 0,
-        "batch_size=32": 1,
+        "batch_size=16": 1,
+        "batch_size=32": 2,
+        "batch_size=8": 3,
     }
-    first_trial = json.loads((run / "trials" / "batch_size=16" / "0" / "trial.json").read_text())
-    assert first_trial["nuisance"]["lr"] == pytest.approx(
-        transfer["points"]["batch_size=16"]["prediction"]["values"]["lr"]
-    )
+    anchors = {k for k, v in points.items() if v["prediction"] is None}
+    assert anchors == {"batch_size=4", "batch_size=16"}
+    assert "extrapolated" in points["batch_size=32"]["prediction"]["how"]["lr"]
+    assert "interpolated" in points["batch_size=8"]["prediction"]["how"]["lr"]
+    for label in ("batch_size=32", "batch_size=8"):
+        first_trial = json.loads((run / "trials" / label / "0" / "trial.json").read_text())
+        # the prediction, inside the declared range (32's extrapolation is clipped to it)
+        assert first_trial["nuisance"]["lr"] == pytest.approx(points[label]["enqueued"]["lr"])
     assert main(["report", str(run)]) == 0
     md = (run / "report" / "report.md").read_text()
     for section in ("Adaptive batch sizes", "Transfer between points", "Health checks"):

@@ -1,17 +1,20 @@
 """Transfer between points (``sampler.transfer: true``): each point starts from the
 nuisance optimum predicted from the points already tuned.
 
-Order: within a group (the points that share every scientific value but the batch size)
-points run in bisection order of log B — the smallest and the largest batch size first
-(the *anchors*, tuned over the declared ranges), then the one farthest (in log B) from
-those already ordered, ties to the smaller — so every later point lies between tuned
-neighbours. A point other than the anchors starts only once every point before it in
-that order has finished, so its prediction is a function of finished results.
+Order (:func:`stepscale.analysis.fits.transfer.transfer_order`): within a group (the
+points that share every scientific value but the batch size) the smallest batch size and
+the one nearest the middle of the range in log B run first (the *anchors*, tuned over the
+declared ranges), then the largest (extrapolated from the anchors: tuned from scratch with
+a few trials it found a best too far above its optimum and pulled B_crit low), then the one
+farthest (in log B) from those already ordered, ties to the smaller, so every later point
+lies between tuned neighbours. A point other than the anchors starts only once every point
+before it in that order has finished, so its prediction is a function of finished results.
 
 Prediction (:func:`stepscale.analysis.fits.transfer.predict_nuisance`): the LR from the
 η*(B) law of the finished points of the group (interpolated in log–log between the two
-tuned neighbours), every other nuisance parameter from the best trial of the nearest
-tuned batch size. The prediction is enqueued as the point's first trial.
+tuned neighbours; for the largest, η*(B) = c·B^α fitted on the tuned points, extrapolated),
+every other nuisance parameter from the best trial of the nearest tuned batch size. The
+prediction is enqueued as the point's first trial.
 
 Narrowing: the LR range of a predicted point becomes [η̂/w, η̂·w] within the declared
 range, w = max(``sampler.transfer_width``, exp(2·sd)) where sd is the residual standard
@@ -37,6 +40,8 @@ from stepscale.rundir import (
     TRANSFER_JSON,
 )
 from stepscale.sweeps.run.adaptive import point_finished
+from stepscale.sweeps.study.adaptive_axis import adaptive_alias, initial_values
+from stepscale.sweeps.study.adaptive_record import added_values, saved_record
 from stepscale.sweeps.study.axes import batch_alias, lr_alias
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Nuisance, Point, SearchSpace
@@ -58,6 +63,7 @@ class TransferRun:
         self.cfg = cfg
         self.batch = alias
         self.lr = lr_alias(cfg)
+        self.run_dir = run_dir
         self.file = run_dir / TRANSFER_JSON
         self._ranges: dict[str, dict[str, list[float]]] = {}
 
@@ -71,21 +77,33 @@ class TransferRun:
         return tuple((k, repr(v)) for k, v in point.values.items() if k != self.batch)
 
     def orders(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
-        """Point label → the points of its group in bisection order (computed once for
+        """Point label → the points of its group in transfer order (computed once for
         all points: a grid of many groups stays cheap to serve)."""
-        from stepscale.analysis.fits.transfer import bisection_order  # numpy: when used
+        from stepscale.analysis.fits.transfer import transfer_order  # numpy: when used
 
         groups: dict[tuple[tuple[str, str], ...], list[Point]] = {}
         for p in points:
             groups.setdefault(self._group(p), []).append(p)
         out: dict[str, list[Point]] = {}
+        initial = self._initial()
         for group in groups.values():
             group.sort(key=lambda p: (float(p.values[self.batch]), p.index))
-            ranked = [
-                group[i] for i in bisection_order([float(p.values[self.batch]) for p in group])
-            ]
+            head = [p for p in group if initial is None or float(p.values[self.batch]) in initial]
+            ranked = [head[i] for i in transfer_order([float(p.values[self.batch]) for p in head])]
+            if initial is not None:  # an adaptive axis: the points it added, in their order
+                added = [float(v) for v in added_values(saved_record(self.run_dir) or {})]
+                rest = [p for p in group if p not in head]
+                ranked += sorted(rest, key=lambda p: added.index(float(p.values[self.batch])))
             out.update({p.label: ranked for p in ranked})
         return out
+
+    def _initial(self) -> set[float] | None:
+        """An adaptive axis's initial batch sizes: the anchors are chosen among them, so
+        the order stays the same as the axis grows (points added later come after, in the
+        order they were added); None for a fixed axis."""
+        if adaptive_alias(self.cfg) != self.batch:
+            return None
+        return {float(v) for v in initial_values(self.cfg.scientific[self.batch].adaptive)}
 
     def rank(self, points: tuple[Point, ...], point: Point) -> int:
         """Where ``point`` comes in its group's order (0 and 1: the anchors)."""
@@ -161,7 +179,7 @@ class TransferRun:
         if prediction is None:
             entry["prediction"] = None
             entry["reason"] = (
-                "anchor (an end of the batch-size range): tuned over the declared ranges"
+                "anchor (the smallest or the middle batch size): tuned over the declared ranges"
                 if rank < 2
                 else "no tuned neighbour with a usable trial: tuned over the declared ranges"
             )
