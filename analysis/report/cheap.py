@@ -85,8 +85,8 @@ def replay_section(rep: ReplayResult | None, note: str | None) -> list[Block]:
             "first:K = first K trials per point in sampler order; random:K = K at random; "
             "deadline:F = stop at F × the point's fewest steps so far; median = Optuna's median "
             "pruner; adaptive:N = batch sizes chosen by the adaptive rule (up to N); spread:K = K "
-            "drawn as if spread evenly in log LR; transfer = each point after the ends starts "
-            "from the predicted LR; evals:K = "
+            "drawn as if spread evenly in log LR; transfer = each point after the two anchors (the "
+            "smallest and the middle batch size) starts from the predicted LR; evals:K = "
             "every K-th evaluation. error = |B_crit / B_crit,full − 1|.",
         ),
     ]
@@ -154,8 +154,9 @@ def transfer_section(record: Mapping[str, Any] | None) -> list[Block]:
     return [
         heading("Transfer between points"),
         para(
-            "Each point after the two ends of the batch-size range started from the nuisance "
-            "values predicted from the points already tuned (its first trial), with its LR range "
+            "Each point after the two anchors (the smallest and the middle batch size, tuned from "
+            "scratch) started from the nuisance values predicted from the points already tuned "
+            "(its first trial; the largest extrapolated from them), with its LR range "
             f"narrowed to a factor {record.get('width')} either side of the prediction "
             "(recorded in transfer.json)."
         ),

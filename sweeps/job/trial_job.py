@@ -173,6 +173,11 @@ class StopSignals:
         submitit's handler, which calls `TrialJob.checkpoint`) or exit without a result."""
         handler = self.previous.get(self.preempt) if self.preempt is not None else None
         if self.received == self.preempt and callable(handler):
+            # The requeue (`scontrol requeue`) makes SLURM send SIGTERM to every process of
+            # the job, scontrol included: under load it reached scontrol before it exited,
+            # and the requeue, done, was reported as a failed job. An ignored SIGTERM stays
+            # ignored across scontrol's exec (a handler would not); this process exits next.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             handler(self.received, None)  # checkpoints, requeues and exits
         raise SystemExit(128 + int(self.received or 0))
 
