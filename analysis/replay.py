@@ -20,7 +20,8 @@ A protocol is one or more parts joined by ``+`` (e.g. ``first:8+deadline:3``):
   then the largest, then bisecting log B: :func:`analysis.fits.transfer.transfer_order`; an
   adaptive protocol: its initial ones so, then each one it adds), and at every one after the
   two anchors the LR is predicted from the trials replayed so far
-  (:func:`analysis.fits.transfer.predict_nuisance`); the study's trial nearest the prediction (in log LR) runs first, and the others are drawn
+  (:func:`analysis.fits.transfer.predict_nuisance`); the study's trial nearest the
+  prediction (in log LR) runs first, and the others are drawn
   (``random:K``, or taken in order with ``first:K``) from its trials inside the narrowed
   range [η̂/w, η̂·w], w = max(W, exp(2·sd)) (W = 3, sd the spread of η* about one power
   law). It can only pick among the LRs the study ran;

@@ -127,23 +127,20 @@ def run_study(run_dir: Path, conf: str, overrides: list[str]) -> float:
 
 
 def fewest_steps(ds: Any, target: float) -> dict[str, float]:
-    """Per batch size (JSON key), the fewest steps to ``target`` of its tune trials: the
-    first evaluation below it, the S(B) the replay fits (batch sizes where no trial reached
-    it are left out)."""
+    """Per batch size (JSON key), the steps to result at ``target`` of its tune trials: the
+    fewest to the first evaluation below it, the S(B) the replay fits (batch sizes where
+    no trial reached it are left out)."""
     from stepscale.analysis.dataset import study_axes
+    from stepscale.analysis.fits.targets import steps_at_target
 
     axis = study_axes(ds).batch
     assert axis is not None
-    tune = ds["kind"].values == "tune"
-    batch = ds[axis.coord].values.astype(float)
-    step = ds["step"].values.astype(float)
-    below = ds["eval_loss"].values < target  # NaN (not evaluated) compares False
-    out: dict[str, float] = {}
-    for b in sorted(set(batch[tune])):
-        crossings = [step[row.argmax()] for row in below[tune & (batch == b)] if row.any()]
-        if crossings:
-            out[f"{b:g}"] = float(min(crossings))
-    return out
+    tune = np.flatnonzero(ds["kind"].values == "tune")
+    step, loss = ds["step"].values, ds["eval_loss"].values
+    batch = ds[axis.coord].values
+    curves = {int(i): (step, loss[i]) for i in tune}
+    res = steps_at_target(curves, {i: float(batch[i]) for i in curves}, target).result()
+    return {f"{b:g}": s for b, s in zip(res.batch_sizes, res.steps, strict=True)}
 
 
 def study_answer(run_dir: Path, target: float) -> dict[str, Any]:

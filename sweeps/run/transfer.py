@@ -39,9 +39,7 @@ from stepscale.rundir import (
     DIVERGED,
     TRANSFER_JSON,
 )
-from stepscale.sweeps.run.adaptive import point_finished
-from stepscale.sweeps.study.adaptive_axis import adaptive_alias, initial_values
-from stepscale.sweeps.study.adaptive_record import added_values, saved_record
+from stepscale.sweeps.run.adaptive import AdaptiveRun, point_finished
 from stepscale.sweeps.study.axes import batch_alias, lr_alias
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Nuisance, Point, SearchSpace
@@ -85,25 +83,29 @@ class TransferRun:
         for p in points:
             groups.setdefault(self._group(p), []).append(p)
         out: dict[str, list[Point]] = {}
-        initial = self._initial()
+        grown = self._adaptive()
         for group in groups.values():
             group.sort(key=lambda p: (float(p.values[self.batch]), p.index))
-            head = [p for p in group if initial is None or float(p.values[self.batch]) in initial]
-            ranked = [head[i] for i in transfer_order([float(p.values[self.batch]) for p in head])]
-            if initial is not None:  # an adaptive axis: the points it added, in their order
-                added = [float(v) for v in added_values(saved_record(self.run_dir) or {})]
-                rest = [p for p in group if p not in head]
-                ranked += sorted(rest, key=lambda p: added.index(float(p.values[self.batch])))
+            b = [float(p.values[self.batch]) for p in group]
+            head = [i for i, v in enumerate(b) if grown is None or v in grown[0]]
+            ranked = [group[head[i]] for i in transfer_order([b[i] for i in head])]
+            if grown is not None:  # an adaptive axis: the points it added, in their order
+                added = grown[1]
+                rest = [i for i in range(len(group)) if i not in head]
+                rest.sort(key=lambda i: (added.index(b[i]) if b[i] in added else len(added), i))
+                ranked += [group[i] for i in rest]
             out.update({p.label: ranked for p in ranked})
         return out
 
-    def _initial(self) -> set[float] | None:
-        """An adaptive axis's initial batch sizes: the anchors are chosen among them, so
-        the order stays the same as the axis grows (points added later come after, in the
-        order they were added); None for a fixed axis."""
-        if adaptive_alias(self.cfg) != self.batch:
+    def _adaptive(self) -> tuple[set[float], list[float]] | None:
+        """An adaptive axis's initial batch sizes and the ones it added, in order (its
+        record): the anchors are chosen among the initial ones, so the order stays the same
+        as the axis grows; None for a fixed axis."""
+        run = AdaptiveRun.of(self.cfg, self.run_dir)
+        if run is None or run.alias != self.batch:
             return None
-        return {float(v) for v in initial_values(self.cfg.scientific[self.batch].adaptive)}
+        rec = run.record()
+        return {float(v) for v in rec.get("initial", [])}, [float(v) for v in run.added(rec)]
 
     def rank(self, points: tuple[Point, ...], point: Point) -> int:
         """Where ``point`` comes in its group's order (0 and 1: the anchors)."""
