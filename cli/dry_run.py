@@ -1,4 +1,8 @@
-"""`sweep run --dry-run`: print the plan of a study (a table, or JSON) and launch nothing."""
+"""`sweep run --dry-run`: print the plan of a study (a table, or JSON) and launch nothing.
+
+A dry run contacts nothing: not the storage's database server, not the cluster of the
+launcher (`sbatch --test-only`, the Ray cluster). The plan names what it therefore did not
+check; `sweep run` without --dry-run checks it all before it writes anything."""
 
 from __future__ import annotations
 
@@ -41,14 +45,40 @@ def with_existing(plan: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     }
 
 
-def print_dry_run(plan: dict[str, Any], run_dir: Path, storage: StorageSpec, as_json: bool) -> None:
+def not_contacted(storage: StorageSpec, launcher: str) -> list[str]:
+    """What a dry run leaves unchecked because checking it means contacting a server: the
+    storage's database and the launcher's cluster (a launcher of this machine has none)."""
+    from stepscale.sweeps.launch.launchers import launcher_class
+
+    out = []
+    if storage.name == "postgres":
+        out.append(f"that the PostgreSQL server answers ({storage.display()})")
+    if not launcher_class(launcher).on_this_machine:
+        out.append(
+            f"that launcher={launcher} can submit jobs from here and its jobs see the run dir"
+        )
+    return out
+
+
+def print_dry_run(
+    plan: dict[str, Any],
+    run_dir: Path,
+    storage: StorageSpec,
+    as_json: bool,
+    unchecked: list[str] | None = None,
+) -> None:
     """Print ``plan`` (from `sweeps.study.plan.plan_summary`, with `with_existing`) with where the
-    study would run."""
+    study would run and what the dry run did not check (``unchecked``, `not_contacted`)."""
+    unchecked = unchecked or []
     if as_json:
-        record = plan | {"run_dir": str(run_dir), "storage": storage.display()}
+        record = plan | {
+            "run_dir": str(run_dir), "storage": storage.display(), "not_checked": unchecked
+        }  # fmt: skip
         print(json.dumps(record, indent=2, sort_keys=True))
     else:
         print_plan(plan, run_dir, storage)
+        for item in unchecked:
+            print(f"  not checked by --dry-run (it contacts nothing): {item}")
 
 
 def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from stepscale.cli.dry_run import print_dry_run, with_existing
+from stepscale.cli.dry_run import not_contacted, print_dry_run, with_existing
 from stepscale.cli.exit_codes import exit_code
 from stepscale.errors import UsageError
 from stepscale.redact import redact
@@ -95,14 +95,16 @@ def run_study(
     check_storage_place(storage_spec, run_dir)
     plan = plan_summary(cfg, space, sizes)
     check_unchanged(run_dir, cfg)  # refused here as the run itself would refuse it
+    if dry_run:  # the plan needs no cluster and no database: nothing is contacted
+        check_storage(storage_spec, run_dir, connect=False)
+        unchecked = not_contacted(storage_spec, cfg.launcher.name)
+        print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json, unchecked)
+        return 0
     # Storage and launcher answer before anything is written (a server that is down, a
     # missing sbatch leave no run dir behind).
     check_storage(storage_spec, run_dir)
     check_submission(cfg.launcher)
     check_run_dir(cfg.launcher, run_dir)  # the launcher's jobs see it (Ray: every node)
-    if dry_run:
-        print_dry_run(with_existing(plan, run_dir), run_dir, storage_spec, as_json)
-        return 0
     kind = kind_of(trainer)
     if not detach:
         kind.prepare_orchestrator(cfg)  # e.g. JAX's compilation cache for the built-in trainer

@@ -15,7 +15,14 @@ none of the subpackages.
 See docs/architecture.md.
 """
 
+import time
 from typing import Any
+
+# The clock of a command: ``time.monotonic()`` when this process first imported stepscale,
+# which the ``sweep`` entry point does first. `sweep run`'s end-of-run times count from here
+# (sweeps/run/display.py), not from the kernel's start of the process, which a shell's
+# ``exec sweep`` inherits from the shell.
+IMPORTED_AT = time.monotonic()
 
 
 def __getattr__(name: str) -> Any:

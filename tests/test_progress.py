@@ -6,6 +6,7 @@ wall time and the time to its first trained step."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers import SWEEP, TEST_COMPILE_CACHE, user_env
 from optuna.trial import TrialState
 
 from stepscale.cli.run import _time_text, _times
@@ -64,16 +66,39 @@ def _stats(steps: int) -> list[PointStats]:
     return [PointStats("batch_size=8", 4, {"running": 1}, None, steps, steps, 40)]
 
 
-def test_the_clock_starts_at_the_process_start_not_at_the_call() -> None:
-    """A fresh process that sleeps 0.5 s before asking: its start lies at least that far back
-    (the interpreter's start and imports count; a fallback to the call's time would give 0)."""
+def test_the_clock_starts_at_the_first_import_of_stepscale() -> None:
+    """The command's clock starts when its Python imports stepscale: what the process did
+    before (here a 0.5 s sleep; a shell's commands before `exec sweep`) is not counted, the
+    imports after it are."""
     code = (
-        "import time; time.sleep(0.5)\n"
+        "import time; before = time.monotonic(); time.sleep(0.5)\n"
         "from stepscale.sweeps.run.display import process_started\n"
-        "print(time.monotonic() - process_started())"
+        "print(process_started() - before, time.monotonic() - process_started())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert 0.5 <= float(out.stdout) < 300
+    after_sleep, since = (float(x) for x in out.stdout.split())
+    assert after_sleep >= 0.5 and since > 0  # the display's own imports (rich) count
+
+
+@pytest.mark.slow
+def test_a_shell_that_execs_sweep_run_is_not_counted(tmp_path: Path) -> None:
+    """`bash -c 'sleep 5 && exec sweep run …'`: the end-of-run wall time leaves the shell's
+    5 s out (the kernel's start time of the process is the shell's, so that clock would not)."""
+    args = [
+        "conf=smoke", f"run_dir={tmp_path / 'run'}", "launcher=inline", "budget.trials_per_point=1",
+        "scientific.batch_size.values=[8]", "budget.max_steps=10", "--json",
+        f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+    ]  # fmt: skip
+    script = "sleep 5 && exec " + shlex.join([SWEEP, "run", *args])
+    t0 = time.monotonic()
+    res = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=user_env(), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert res.returncode == 0, res.stderr
+    wall = json.loads(res.stdout)["time"]["wall_s"]
+    assert 0 < wall <= elapsed - 5 + 0.1  # 0.1: the summary rounds to 0.1 s
 
 
 def test_first_progress_is_the_first_step_trained_by_this_command(

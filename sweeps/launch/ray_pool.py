@@ -14,6 +14,11 @@ A job whose actor died because its node died (a preempted VM, a killed raylet) i
 checkpoint — once no process of the old job can still write to the trial's folder (its job
 heartbeat is gone or stale). An actor that died on a node that lives on, or never started
 (a runtime_env that cannot be set up), failed.
+
+The actor's death reaches the orchestrator within about a second, but Ray declares its node
+dead only after the node missed its health checks (`node_death_window_s`: 30 s with Ray's
+defaults). A dead actor whose node still looks alive is therefore classified only when its
+node is declared dead (interrupted) or that window has passed with the node alive (failed).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from stepscale.sweeps.launch.workers import WorkerJobError
 from stepscale.sweeps.study.launcher_configs import RayLauncherConfig
 
 STOP_GRACE_S = 60.0  # a stopped job's processes checkpoint within this, else are killed
+NODE_DEATH_MARGIN_S = 5.0  # for a node's death to reach the driver after Ray decided it
 STOPPED = "the job was stopped"  # how a stopped job's outcome begins (sweeps.launch.workers)
 
 
@@ -117,6 +123,7 @@ class RayJobHandle:
         self._outcome: tuple[bool, Any] | None = None
         self._stopping: float | None = None
         self._lost: RayActorError | None = None  # its node died: the actor's error
+        self._died_at: float | None = None  # when its actor's death was first seen
 
     def done(self) -> bool:
         """Has the job ended (every process of it), or its node died and nothing of the
@@ -140,9 +147,14 @@ class RayJobHandle:
             return True
         self.slot_ref.kill()
         nodes = self.slot_ref.node_ids()
-        if nodes is not None and not all(_node_alive(n) for n in nodes):
+        if nodes is not None and (lost[0].preempted or not all(_node_alive(n) for n in nodes)):
             self._lost = lost[0]
             return self._interrupt_when_quiet()
+        now = time.monotonic()
+        if self._died_at is None:
+            self._died_at = now
+        if nodes is not None and now - self._died_at < node_death_window_s():
+            return False  # its node may be dead without Ray knowing yet: ask again later
         self._outcome = (False, WorkerJobError(f"the trial's Ray actor died: {lost[0]}"))
         return True
 
@@ -200,6 +212,20 @@ class RayJobHandle:
             self._outcome = (False, WorkerJobError(f"{STOPPED} before it started"))
             return
         self._stop_all()
+
+
+def node_death_window_s() -> float:
+    """How long after a node stops answering Ray may still list it as alive: the cluster's
+    health-check period × failure threshold, plus one check's timeout and a few seconds for
+    the news to reach this driver (Ray's defaults: 3 s × 5 + 10 s + 5 s = 30 s). The values
+    are the ones this driver received from the cluster when it connected."""
+    try:
+        from ray._raylet import Config
+
+        period = Config.health_check_period_ms() * Config.health_check_failure_threshold()
+        return (period + Config.health_check_timeout_ms()) / 1000.0 + NODE_DEATH_MARGIN_S
+    except (ImportError, AttributeError, TypeError):  # another Ray: its documented defaults
+        return 30.0
 
 
 def _node_alive(node_id: str) -> bool:

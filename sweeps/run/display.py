@@ -5,10 +5,8 @@ trained (imports, workers and compiles included) and to the end."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console, Group
@@ -16,20 +14,18 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+import stepscale
+
 
 def process_started() -> float:
-    """``time.monotonic()`` at the start of this process (Linux: from /proc, so the
-    interpreter's start and the imports count); elsewhere the time of this call."""
-    now = time.monotonic()
-    try:
-        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-        # fields after the command name (which may hold spaces): starttime is the 22nd field,
-        # in clock ticks since boot (the boot-time clock, suspend included)
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return now
-    return now - age if 0 <= age < 86400 * 365 else now
+    """``time.monotonic()`` when this process's Python first imported stepscale (the
+    ``sweep`` command's first import): the command's own start, whatever started it.
+
+    Not the kernel's start time of the process: a shell that ends with
+    ``exec sweep …`` (``bash -c '… && sweep run …'`` does) hands its process, and its start
+    time, to ``sweep``, so that clock would count what the shell did before. The
+    interpreter's own start-up before the import (tens of milliseconds) is left out."""
+    return stepscale.IMPORTED_AT
 
 
 def duration_text(seconds: float) -> str:
@@ -71,7 +67,7 @@ class StudyProgress:
             TimeRemainingColumn(), console=self.console,
         )  # fmt: skip
         self._task = self._bar.add_task(name, total=self.total_steps)
-        self._last = 0.0
+        self._last = -float("inf")  # the first call prints (monotonic() may be small after boot)
 
     def __enter__(self) -> StudyProgress:
         if self.tty:

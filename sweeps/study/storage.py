@@ -103,10 +103,11 @@ def _check_postgres_url(url: str, where: str) -> None:
         )
 
 
-def check_storage(spec: StorageSpec, run_dir: Path) -> None:
+def check_storage(spec: StorageSpec, run_dir: Path, connect: bool = True) -> None:
     """Everything about the storage that can fail, checked before the run dir is made
     and without writing anything: the journal's folder, an existing SQLite file, the
-    PostgreSQL URL, its driver and that the server answers. `UsageError` naming it."""
+    PostgreSQL URL, its driver and (``connect``) that the server answers. `UsageError`
+    naming it."""
     if spec.name == "journal":
         path = Path(spec.url)
         inside = run_dir.resolve() in path.parents
@@ -120,6 +121,8 @@ def check_storage(spec: StorageSpec, run_dir: Path) -> None:
         url, f"the environment variable {spec.url_env}" if spec.url_env else "storage.url"
     )
     _check_driver()
+    if not connect:
+        return
     import sqlalchemy
 
     engine = sqlalchemy.create_engine(url, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
