@@ -85,7 +85,11 @@ def written_unit(
 
 def space_document(cfg: StudyConfig) -> dict[str, Any]:
     """The search space of a (validated) study as a ``stepscale.search_space/v1`` document."""
-    trainer_unit = trainer_batch_unit(cfg)  # what the trainer's batch counts, unless stated
+    # What the trainer's batch counts, asked only when the batch axis does not state it:
+    # the built-in trainer answers through its data sources, which import JAX.
+    stated = [*cfg.scientific.values(), *cfg.fixed.values()]
+    unstated = any(p.path == BATCH_PATH and p.unit is None for p in stated)
+    trainer_unit = trainer_batch_unit(cfg) if unstated else EXAMPLES  # EXAMPLES: never used
     params: list[dict[str, Any]] = []
     for alias, p in cfg.scientific.items():
         # An adaptive axis is written as every batch size it may run (its candidates).
