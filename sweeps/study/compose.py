@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
-from hydra.errors import HydraException
+from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -60,8 +60,16 @@ def compose_config(
         check_preset_file(preset)
 
     def composed(chosen: list[str]) -> DictConfig:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base=None, job_name="sweep"):
-            return compose("config", overrides=[*chosen, *extra], return_hydra_config=True)
+        try:
+            with initialize_config_dir(
+                config_dir=str(conf_dir()), version_base=None, job_name="sweep"
+            ):
+                return compose("config", overrides=[*chosen, *extra], return_hydra_config=True)
+        except ConfigCompositionException as exc:
+            added = _with_new_mapping_key(exc, chosen, composed)
+            if added is None:
+                raise
+        return composed(added)
 
     try:
         cfg = compose_for_launcher(composed, overrides, presets, user)
@@ -90,6 +98,40 @@ def prepare_study(
     raw, choices = compose_config(overrides, config_dir)
     raw.name = study_name(raw.name, choices, "runs/<name>")
     return raw, to_object(raw), choices
+
+
+_NO_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def _with_new_mapping_key(
+    exc: ConfigCompositionException, chosen: list[str], composed: Any
+) -> list[str] | None:
+    """``chosen`` with ``+`` before the override Hydra refused for naming a key that does
+    not exist yet, when that key's parent is a mapping the schema declares (a
+    ``dict[str, …]`` field: ``launcher.resources``, a parameter section), where a new key
+    is what a user means; None otherwise (a key a dataclass lacks stays a typo). Hydra
+    itself wants ``+`` to add any key."""
+    match = _NO_KEY.search(str(exc))
+    if match is None:
+        return None
+    key = match.group(1)
+    plain = [o for o in chosen if not o.startswith(("+", "~")) and o.split("=", 1)[0] == key]
+    if not plain or "." not in key:
+        return None
+    parent, grandparent = key.rsplit(".", 1)[0], key.rsplit(".", 2)[0] if key.count(".") > 1 else ""
+    without = [o for o in chosen if o not in plain]
+    cfg = composed(without)
+    node = OmegaConf.select(cfg, parent, default=None)
+    above = OmegaConf.select(cfg, grandparent, default=None) if grandparent else cfg
+    declared_mapping = (
+        isinstance(node, DictConfig)
+        and OmegaConf.get_type(node) is dict
+        and isinstance(above, DictConfig)
+        and OmegaConf.get_type(above) not in (dict, None)  # a dataclass holds the mapping
+    )
+    if not declared_mapping:
+        return None
+    return [f"+{o}" if o in plain else o for o in chosen]
 
 
 def _preset_files(overrides: list[str], user: Path | None) -> list[Path]:

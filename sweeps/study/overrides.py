@@ -91,34 +91,46 @@ def check_overrides(overrides: list[str], command: str) -> None:
             raise UsageError(f"{o}: a comma list is Hydra's multirun syntax; {_STUDY_WAY}")
 
 
-def split_added_params(overrides: list[str]) -> tuple[list[str], list[tuple[str, str, Any]]]:
-    """(the overrides for Hydra, the parameters they add whole: (section, name, mapping)).
+def split_added_params(
+    overrides: list[str],
+) -> tuple[list[str], list[tuple[str, str, Any, bool]]]:
+    """(the overrides for Hydra, the parameters they give whole: (section, name, mapping,
+    plain)).
 
-    ``+nuisance.NAME={…}`` (``++`` too; also ``scientific.``, ``fixed.``) is taken out; any
-    other override stays for Hydra."""
+    ``+nuisance.NAME={…}`` (``++`` too; also ``scientific.``, ``fixed.``, ``derived.``) is
+    taken out, and so is the same without ``+`` (``plain``): it adds the parameter, or, when
+    the preset has one of that name, sets the keys it gives. Any other override stays for
+    Hydra."""
     kept, added = [], []
     for o in overrides:
-        m = re.fullmatch(r"\+\+?(scientific|nuisance|fixed|derived)\.([^.=]+)=(.*)", o, re.S)
+        m = re.fullmatch(r"(\+\+?)?(scientific|nuisance|fixed|derived)\.([^.=]+)=(.*)", o, re.S)
         if m is None:
             kept.append(o)
             continue
-        section, name, _ = m.groups()
-        value = _parsed_value(o)
+        plus, section, name, _ = m.groups()
+        value = _parsed_value(o if plus else f"+{o}")
         if not isinstance(value, dict):
+            if not plus:  # e.g. nuisance.lr=null: Hydra's own answer
+                kept.append(o)
+                continue
             raise UsageError(
                 f"{o}: give the whole parameter as a mapping, e.g. "
                 f"+{section}.{name}={_EXAMPLE[section]}"
             )
-        added.append((section, name, value))
+        added.append((section, name, value, not plus))
     return kept, added
 
 
-def add_params(cfg: DictConfig, added: list[tuple[str, str, Any]]) -> None:
-    """Merge the parameters `split_added_params` took out into the composed ``cfg``."""
-    for section, name, value in added:
+def add_params(cfg: DictConfig, added: list[tuple[str, str, Any, bool]]) -> None:
+    """Merge the parameters `split_added_params` took out into the composed ``cfg``: a
+    plain one into the preset's parameter of its name if there is one, else (and every
+    ``+`` one) as the whole parameter."""
+    for section, name, value, plain in added:
         kind = SECTIONS[section]
+        existing = cfg[section].get(name) if plain and section in cfg else None
         try:
-            node = OmegaConf.merge(OmegaConf.structured(kind), value)
+            base = existing if existing is not None else OmegaConf.structured(kind)
+            node = OmegaConf.merge(base, value)
         except OmegaConfBaseException as exc:
             key = getattr(exc, "key", None)
             where = f"{section}.{name}.{key}" if key else f"{section}.{name}"
