@@ -156,7 +156,8 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 def printed_records(text: str) -> list[dict[str, Any]]:
     """The records of the printing trainer's output, read as a trial's job reads them."""
-    from stepscale.sweeps.trainers.line_formats import parse_text, read_metrics
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import parse_text
 
     spec = read_metrics({"source": "stdout", "format": "regex", "pattern": PATTERN})
     return parse_text(spec, text)[0]
@@ -355,7 +356,8 @@ def realistic_log(n_lines: int) -> dict[str, str]:
 
 def parse_speed(n_lines: int) -> dict[str, dict[str, float]]:
     """Lines per second each registered format reads (in-process, best of 3)."""
-    from stepscale.sweeps.trainers.line_formats import RecordStream, read_metrics
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import RecordStream
 
     pattern = r"step (?P<step>\d+): train loss (?P<loss>\S+), val loss (?P<val_loss>\S+)"
     out = {}
