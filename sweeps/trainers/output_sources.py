@@ -199,15 +199,19 @@ def open_source(
     place: Path,
     settings: dict[str, Any],
     resumed: bool,
+    copy_to: int | None = None,
 ) -> Any:
     """The source of a running program's records: ``pipes`` its ``stdout``/``stderr``
     (``output``: stdout carries both), ``place`` the file or folder a file source names
     (placeholders filled), ``settings`` the trial's (for step and value expressions),
-    ``resumed`` whether the program resumes (values before its first step are unplaced)."""
+    ``resumed`` whether the program resumes (values before its first step are unplaced),
+    ``copy_to`` where a pipe's bytes are copied (default: the job's own stdout or stderr,
+    the trial's logs)."""
     stream = RecordStream(spec, settings, resumed)
     if spec.source in ("stdout", "stderr", "output"):
         pipe = "stderr" if spec.source == "stderr" else "stdout"
         fd = sys.stderr.fileno() if pipe == "stderr" else sys.stdout.fileno()
+        fd = fd if copy_to is None else copy_to
         return PipeSource(spec, pipes[pipe], fd, spec.source, stream)
     if spec.format == TENSORBOARD:
         return TensorBoardSource(spec, place, stream)
