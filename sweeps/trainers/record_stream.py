@@ -17,9 +17,10 @@
 - A value printed without a step belongs to the last step line (``unstepped: last``, the
   default) or to the next one (``unstepped: next``: an eval printed at the top of iteration
   N, before ``step N: …``). Values printed before the first step line are at step 0 on a run
-  that starts from scratch; on a resumed run their step is unknown and they are not
-  recorded (counted: `unplaced`). With ``next``, values after the last step line are not
-  recorded either.
+  that starts from scratch — once a step line has come: an output that never prints a step
+  records nothing (and more than `MAX_HELD` value lines without a step fail the attempt);
+  on a resumed run their step is unknown and they are not recorded (counted: `unplaced`).
+  With ``next``, values after the last step line are not recorded either.
 - Every record passes `StepChecker` (`UnreliableStep` names the offending lines).
 """
 
@@ -45,6 +46,7 @@ from stepscale.sweeps.trainers.line_formats import (
 from stepscale.sweeps.trainers.step_checks import StepChecker, UnreliableStep
 
 MAX_LINE = 65536  # characters of one line that are read (after its last carriage return)
+MAX_HELD = 256  # values held for a step line that has not come yet
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -180,25 +182,36 @@ class RecordStream:
         here = (lineno, shown)
         out: list[tuple[dict[str, Any], int, str]] = []
         if step is not None:
+            at = step if self.spec.unstepped == "next" else 0  # held before the first step
             for held, n, text in self.pending:
-                out.append(({STEP: step, **held}, n, text))
+                out.append(({STEP: at, **held}, n, text))
             self.pending = []
             self.step = step
             if fields:
                 out.append(({STEP: step, **fields}, *here))
         elif fields:
-            if self.spec.unstepped == "next":
-                self.pending.append((fields, *here))
+            if self.spec.unstepped == "next" or (self.step is None and not self.resumed):
+                self._hold(fields, here)
             elif self.step is not None:
                 out.append(({STEP: self.step, **fields}, *here))
-            elif self.resumed:
-                self.unplaced += 1
             else:
-                out.append(({STEP: 0, **fields}, *here))
+                self.unplaced += 1
         for record, n, text in out:
             self.checker.check(record, n, text)
         self.records += len(out)
         return [r for r, _, _ in out]
+
+    def _hold(self, fields: Fields, here: tuple[int, str]) -> None:
+        """Keep a value without a step for the next step line (at most `MAX_HELD`)."""
+        self.pending.append((fields, *here))
+        if len(self.pending) > MAX_HELD:
+            first = self.pending[0]
+            raise UnreliableStep(
+                f"{len(self.pending)} lines gave values and none a step: this reading finds no "
+                "step in the output; derive one (trainer.metrics.step, e.g. 'epoch * "
+                "steps_per_epoch + batch') or count one (trainer.metrics.step_every)",
+                [(first[1], first[2]), here],
+            )
 
     def _transform(self, fields: Fields, shown: str) -> None:
         """Add the ``values`` metrics whose names this line gives (non-finite in → nan)."""
@@ -269,8 +282,8 @@ class RecordStream:
         why = ""
         if self.unplaced:
             why = (
-                f" ({self.unplaced} value lines had no step: printed before the first step "
-                "line of a resumed run, or after the last one with unstepped: next)"
+                f" ({self.unplaced} value lines had no step: the output printed no step line "
+                "after them — derive the step, trainer.metrics.step, or count it, step_every)"
             )
         return (
             f"trainer.metrics: no line of the trainer's {where} gave a record with "

@@ -4,9 +4,11 @@ of a curve with values at the wrong steps (docs/trainers.md, "The step checks").
 
 - **Backwards**: a record's step is below the step of the record before it (a counter that
   resets — a batch index within an epoch read as the step — does this at each epoch).
-- **Repeated with another value**: a step given again with a different value for a metric
-  it already has (a per-epoch counter read as the step; two evals at one "step"). The same
-  value again, or another metric at the same step, is fine.
+- **Repeated with another value**: a step given again with a different value of a loss (a
+  metric whose name holds ``loss``, ``ppl`` or ``perplexity``) it already has (a per-epoch
+  counter read as the step; two evals at one "step"). The same value again, another metric
+  at the same step, or another value of a timing or throughput metric (a resumed run that
+  evaluates its resumed step again) is fine.
 - **An eval one step off the train grid**: once train records (a record with a metric
   whose name does not start with ``eval``/``val``/``valid``/``test``) lie on a grid of
   k ≥ 3 steps (the greatest common divisor of at least two of their steps > 0), an eval at
@@ -34,6 +36,12 @@ class UnreliableStep(MalformedRecord):
         quoted = "".join(f"\n    line {n}: {text[:200]}" for n, text in lines)
         ValueError.__init__(self, f"trainer.metrics: {why}{quoted}")
         self.lineno = lines[-1][0] if lines else 0
+
+
+def is_loss(name: str) -> bool:
+    """Is ``name`` a loss the repeated-value check compares (``eval_loss``, ``lm_ppl``)?"""
+    low = name.lower()
+    return "loss" in low or "ppl" in low or "perplexity" in low
 
 
 def is_eval(name: str) -> bool:
@@ -73,7 +81,7 @@ class StepChecker:
         metrics = {k: float(v) for k, v in record.items() if k != "step"}
         for name, value in metrics.items():
             seen = self.current.get(name)
-            if seen is not None and not (
+            if seen is not None and is_loss(name) and not (
                 seen[0] == value or (seen[0] != seen[0] and value != value)
             ):
                 raise UnreliableStep(
@@ -112,4 +120,4 @@ class StepChecker:
         )
 
 
-__all__ = ["StepChecker", "UnreliableStep", "is_eval"]
+__all__ = ["StepChecker", "UnreliableStep", "is_eval", "is_loss"]

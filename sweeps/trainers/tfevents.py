@@ -104,8 +104,9 @@ def _tensor_scalar(buf: bytes) -> float | None:
 
 
 def scalars(event: bytes) -> tuple[int | None, dict[str, float]]:
-    """The step and the scalars (tag → value) of one serialized Event."""
-    step: int | None = None
+    """The step and the scalars (tag → value) of one serialized Event (a step of 0 is not
+    written: protobuf leaves a field at its default out)."""
+    step: int | None = 0
     out: dict[str, float] = {}
     for number, wire, value in _fields(event):
         if number == 2 and wire == 0:

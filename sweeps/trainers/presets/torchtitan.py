@@ -9,9 +9,9 @@ PRESET = register_preset(
             "source": "output",
             "format": "regex",
             "pattern": [
-                rf"(?<!validate )\bstep:\s*(?P<step>\d+)\s+loss:\s*(?P<train_loss>{N})",
+                rf"(?<!validate )\bstep:\s*(?P<step>\d+)\s+loss:\s*(?P<train_loss>{N})"
+                r".*?\btps: (?P<tps>[\d,]+)",
                 rf"validate step:\s*(?P<step>\d+)\s+loss:\s*(?P<eval_loss>{N})",
-                r"\btps: (?P<tps>[\d,]+)",
             ],
         },
         arg_style="--key value",
