@@ -81,8 +81,10 @@ class StepChecker:
         metrics = {k: float(v) for k, v in record.items() if k != "step"}
         for name, value in metrics.items():
             seen = self.current.get(name)
-            if seen is not None and is_loss(name) and not (
-                seen[0] == value or (seen[0] != seen[0] and value != value)
+            if (
+                seen is not None
+                and is_loss(name)
+                and not (seen[0] == value or (seen[0] != seen[0] and value != value))
             ):
                 raise UnreliableStep(
                     f"step {step} is given twice with different values of {name} ({seen[0]:g} "
