@@ -327,3 +327,31 @@ def test_sample_log_without_a_metrics_block_suggests_one(tmp_path: Path, capsys)
     log.write_bytes(b"Iter 10: Train loss 2.345, Learning Rate 1.000e-05\n")  # no usable step
     with pytest.raises(UsageError, match=r"no preset .* nor built-in format reads a usable step"):
         check_sample_log(command_trainer(None), str(log))
+
+
+def test_the_eval_hint_says_a_mapped_eval_loss_gave_no_line(tmp_path: Path, capsys) -> None:
+    from stepscale.cli.sample_log import check_sample_log
+
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step 1 loss 2.0\nstep 2 loss 1.5\n")
+    block = {
+        "source": "stdout",
+        "format": "regex",
+        "pattern": [r"step (?P<step>\d+) loss (?P<loss>\S+)", r"val (?P<val>\S+)"],
+        "names": {"val": "eval_loss"},
+    }
+    assert check_sample_log(command_trainer(block), str(log)) == 0
+    assert "names an eval loss, but no line of this log gave it" in capsys.readouterr().err
+
+
+def test_a_csv_rewritten_in_place_with_a_new_column_repeats_no_record(tmp_path: Path) -> None:
+    from stepscale.sweeps.trainers.output_sources import FileSource
+
+    path = tmp_path / "metrics.csv"
+    spec = read_metrics({"source": "metrics.csv", "format": "csv"})
+    source = FileSource(spec, path)
+    path.write_text("epoch,step,train_loss\n0,9,3.9\n")
+    assert source.read_new() == [{"step": 9, "epoch": 0.0, "train_loss": 3.9}]
+    # Lightning's CSVLogger rewrites the whole file when a metric appears
+    path.write_text("epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n")
+    assert source.read_new() == [{"step": 19, "epoch": 0.0, "train_loss": 3.2}]

@@ -86,7 +86,8 @@ class MetricsSpec:
         """The reading as a failure message quotes it."""
         text = f"preset {self.preset} (format {self.format})" if self.preset else self.format
         if self.patterns:
-            text += " with pattern " + " | ".join(repr(p) for p in self.patterns)
+            joined = " | ".join(repr(p) for p in self.patterns)
+            text += f" {joined}" if self.format == "regex" else f" with pattern {joined}"
         return text
 
     def outputs(self) -> set[str]:

@@ -133,7 +133,7 @@ class FileSource:
         they are an earlier run's): a CSV appended to keeps its header."""
         with open(self.path, "rb") as f:
             data = f.read(self.offset)
-        self.head = data.split(b"\n", 1)[0]
+        self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         earlier = self.make_stream()
         earlier.checker.check = lambda *a: None  # type: ignore[method-assign]
         earlier.feed(data.decode("utf-8", errors="replace"))
@@ -167,7 +167,7 @@ class FileSource:
             self.stream.records = counted
         data, _ = _split_utf8(data)
         if self.offset == 0:
-            self.head = data.split(b"\n", 1)[0] if b"\n" in data else b""
+            self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         self.offset += len(data)
         records = self.stream.feed(data.decode("utf-8", errors="replace"))
         if self.replay >= 0:
