@@ -8,6 +8,7 @@ the records completed since it was last asked; a record whose step cannot be tru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -18,9 +19,14 @@ from typing import IO, Any
 from stepscale.sweeps.trainers.line_formats import JSON_DOCUMENT, TENSORBOARD, MetricsSpec
 from stepscale.sweeps.trainers.metrics_file import MalformedRecord, MetricsTail, read_appended
 from stepscale.sweeps.trainers.record_stream import RecordStream
-from stepscale.sweeps.trainers.structured_sources import JsonDocumentSource, TensorBoardSource
+from stepscale.sweeps.trainers.structured_sources import (
+    JsonDocumentSource,
+    TensorBoardSource,
+    check_regular,
+)
 
 CHUNK = 65536
+READ_LIMIT = 4 * 1024 * 1024  # bytes of a followed file read at one poll: memory stays bounded
 
 
 class JsonlSource:
@@ -132,11 +138,12 @@ class FileSource:
         """Read the lines already there without keeping their records (nor checking them:
         they are an earlier run's): a CSV appended to keeps its header."""
         with open(self.path, "rb") as f:
-            data = f.read(self.offset)
+            data = f.read(min(self.offset, READ_LIMIT))
         self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         earlier = self.make_stream()
         earlier.checker.check = lambda *a: None  # type: ignore[method-assign]
-        earlier.feed(data.decode("utf-8", errors="replace"))
+        with contextlib.suppress(MalformedRecord):  # an earlier run's lines are not checked
+            earlier.feed(data.decode("utf-8", errors="replace"))
         self.stream.format = earlier.format
 
     def _rewritten(self) -> bool:
@@ -153,8 +160,9 @@ class FileSource:
     def read_new(self) -> list[dict[str, Any]]:
         """Records of the lines completed since the last call; of a file rewritten whole,
         only the records after the last step given."""
+        check_regular(self.path)
         rewritten = self._rewritten()
-        got = read_appended(self.path, self.inode, 0 if rewritten else self.offset)
+        got = read_appended(self.path, self.inode, 0 if rewritten else self.offset, READ_LIMIT)
         if got is None:
             return []
         data, self.inode, restarted = got
@@ -189,6 +197,11 @@ def final_records(source: Any) -> list[dict[str, Any]]:
         return source.final()
     records = source.read_new()
     if isinstance(source, FileSource):
+        while True:  # read to the end, a bounded piece at a time
+            offset = source.offset
+            records += source.read_new()
+            if source.offset == offset:
+                break
         records += source.stream.close()
     return records
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,22 @@ from stepscale.sweeps.trainers.step_checks import UnreliableStep
 from stepscale.sweeps.trainers.tfevents import EventFileError, records, scalars
 
 EVENT_GLOB = "events.out.tfevents.*"
-MAX_DOCUMENT = 256 * 1024 * 1024  # a larger json_document is refused, not read
+MAX_DOCUMENT = 64 * 1024 * 1024  # a larger json_document is refused, not read
+READ_LIMIT = 4 * 1024 * 1024  # bytes of one event file read at one poll
+
+
+def check_regular(path: Path) -> None:
+    """Refuse a source that is not a regular file (a device, a pipe: endless or unseekable)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UnreliableStep(
+            f"trainer.metrics.source {path} is not a regular file (a device or a pipe is "
+            "refused: it may never end)",
+            [],
+        )
 
 
 class TensorBoardSource:
@@ -66,10 +82,11 @@ class TensorBoardSource:
             state = self.files.setdefault(path, {"offset": 0, "last": None, "new": True})
             if state["offset"] is None:
                 continue
+            check_regular(path)
             try:
                 with open(path, "rb") as f:
                     f.seek(state["offset"])
-                    data = f.read()
+                    data = f.read(READ_LIMIT)
             except OSError:
                 continue
             try:
@@ -119,8 +136,13 @@ class TensorBoardSource:
         """Nothing to wait for."""
 
     def final(self) -> list[dict[str, Any]]:
-        """Every event still held, once the program has exited."""
-        return self.read_new(final=True) + self.stream.close()
+        """Every event still held, once the program has exited (files read to their end)."""
+        out: list[dict[str, Any]] = []
+        while True:
+            offsets = [s["offset"] for s in self.files.values()]
+            out += self.read_new(final=True)
+            if [s["offset"] for s in self.files.values()] == offsets:
+                return out + self.stream.close()
 
 
 class JsonDocumentSource:
@@ -153,6 +175,7 @@ class JsonDocumentSource:
         path = self._file()
         if path is None:
             return None
+        check_regular(path)
         try:
             st = path.stat()
             stamp = (str(path), st.st_size, st.st_mtime_ns)
@@ -211,4 +234,4 @@ class JsonDocumentSource:
         return self.read_new() + self.stream.close()
 
 
-__all__ = ["JsonDocumentSource", "TensorBoardSource"]
+__all__ = ["JsonDocumentSource", "TensorBoardSource", "check_regular"]
