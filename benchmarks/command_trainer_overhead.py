@@ -1,10 +1,13 @@
 """What does running a command trainer as a trial cost, per trial, over running it by hand,
 and what does reading its metrics from its own printed lines cost beside the JSON path?
 
-Two paths, each measured the same way: ``jsonl`` (the trainer appends stepscale's records
-to metrics.jsonl through `stepscale.client`) and ``stdout`` (an unmodified script prints
+Three paths, each measured the same way: ``jsonl`` (the trainer appends stepscale's records
+to metrics.jsonl through `stepscale.client`), ``stdout`` (an unmodified script prints
 ``step N: eval loss X t T`` lines among progress lines; the job reads its stdout through a
-pipe with a ``trainer.metrics`` regex and writes metrics.jsonl itself). Beside them, the
+pipe with a ``trainer.metrics`` regex and writes metrics.jsonl itself) and ``tensorboard``
+(the script writes TensorBoard event files with tensorboard's own writer; the job follows
+them with ``preset: tensorboard``). Beside them, reading TensorBoard files against parsing
+stdout, per record, in-process (``tensorboard_reading``: at most 2x). Beside them, the
 line formats' own speed: lines parsed per second by each registered format on a realistic
 log (one line in ten a metric line, the rest progress bars and warnings).
 
@@ -37,7 +40,7 @@ median wall time of a run by hand (goal: at most 1.5 s). For reference it also t
 job process imports before it can start the program). Ends with one JSON line.
 
     python benchmarks/command_trainer_overhead.py [--points 6] [--trials-per-point 2]
-        [--by-hand 10] [--poll-s S] [--paths jsonl,stdout] [--parse-lines 200000]
+        [--by-hand 10] [--poll-s S] [--paths jsonl,stdout,tensorboard] [--parse-lines 200000]
         # S: the study's launcher.poll_s (default: its own)
 """
 
@@ -48,6 +51,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,6 +103,36 @@ for step in range(1, steps + 1):
         first = ""
 """
 PATTERN = r"step (?P<step>\d+): eval loss (?P<eval_loss>\S+) t (?P<t>\S+)(?: t0 (?P<t0>\S+))?"
+# The same training writing TensorBoard event files (tensorboard's own writer, no TF), as a
+# framework that logs to TensorBoard does; the times are doubles (a float32 loses seconds).
+TB_WRITER = f"""import time; T0 = time.time()  # first line: when this program began to run
+import json, os
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+train = json.load(open(os.environ["STEPSCALE_CONFIG"])).get("train", {{}}) if "STEPSCALE_CONFIG" in os.environ else {{}}
+steps = int(train.get("steps", {STEPS}))
+lr = float(train.get("lr", 0.1))
+writer = EventFileWriter("tb")
+def scalar(tag, value):
+    t = tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, double_val=[value])
+    return summary_pb2.Summary.Value(tag=tag, tensor=t)
+w, first = 0.0, [scalar("t0", T0)]
+for step in range(1, steps + 1):
+    w -= lr * 2.0 * (w - 1.0)
+    if step % {REPORT_EVERY} == 0 or step == steps:
+        loss = (w - 1.0) ** 2 + 0.01
+        values = [scalar("eval/loss", loss), scalar("t", time.time()), *first]
+        writer.add_event(event_pb2.Event(step=step, wall_time=time.time(), summary=summary_pb2.Summary(value=values)))
+        writer.flush()
+        first = []
+writer.close()
+"""
+TB_METRICS = """  metrics:
+    preset: tensorboard
+    names: {eval/loss: eval_loss}
+  args: none
+"""
 METRICS = f"""  metrics:
     source: stdout
     format: regex
@@ -156,10 +190,23 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 def printed_records(text: str) -> list[dict[str, Any]]:
     """The records of the printing trainer's output, read as a trial's job reads them."""
-    from stepscale.sweeps.trainers.line_formats import parse_text, read_metrics
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import parse_text
 
     spec = read_metrics({"source": "stdout", "format": "regex", "pattern": PATTERN})
     return parse_text(spec, text)[0]
+
+
+def tensorboard_records(folder: Path) -> list[dict[str, Any]]:
+    """The records of the event files under ``folder``, read as a trial's job reads them."""
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import RecordStream
+    from stepscale.sweeps.trainers.structured_sources import TensorBoardSource
+
+    spec = read_metrics({"preset": "tensorboard", "names": {"eval/loss": "eval_loss"}})
+    source = TensorBoardSource(spec, folder, RecordStream(spec))
+    source.files = {}  # every file is this run's
+    return source.final()
 
 
 def by_hand(script: Path, folder: Path, env: dict[str, str]) -> dict[str, float]:
@@ -171,8 +218,13 @@ def by_hand(script: Path, folder: Path, env: dict[str, str]) -> dict[str, float]
     wall = time.time() - start
     if res.returncode != 0:
         raise SystemExit(f"{script} failed:\n{res.stderr[-3000:]}")
-    printing = script.name == "printer.py"
-    recs = printed_records(res.stdout) if printing else records(folder / "metrics.jsonl")
+    if script.name == "printer.py":
+        recs = printed_records(res.stdout)
+    elif script.name == "tb_writer.py":
+        recs = tensorboard_records(folder / "tb")
+        shutil.rmtree(folder / "tb")
+    else:
+        recs = records(folder / "metrics.jsonl")
     t0 = recs[0]["t0"]
     return {
         "wall": wall,
@@ -239,8 +291,12 @@ def measure(path: str, args: argparse.Namespace) -> dict[str, Any]:
     n_trials = args.points * args.trials_per_point
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve()
-        script = root / ("printer.py" if path == "stdout" else "trainer.py")
-        script.write_text(PRINTER if path == "stdout" else TRAINER)
+        name, text, metrics = {
+            "stdout": ("printer.py", PRINTER, METRICS),
+            "tensorboard": ("tb_writer.py", TB_WRITER, TB_METRICS),
+        }.get(path, ("trainer.py", TRAINER, ""))
+        script = root / name
+        script.write_text(text)
         (root / "conf").mkdir()
         (root / "conf" / "bench_cmd.yaml").write_text(
             STUDY.format(
@@ -249,7 +305,7 @@ def measure(path: str, args: argparse.Namespace) -> dict[str, Any]:
                 steps=STEPS,
                 values=list(range(1, args.points + 1)),
                 per_point=args.trials_per_point,
-                metrics=METRICS if path == "stdout" else "",
+                metrics=metrics,
             )
         )
         hand_dir = root / "by_hand"
@@ -355,7 +411,8 @@ def realistic_log(n_lines: int) -> dict[str, str]:
 
 def parse_speed(n_lines: int) -> dict[str, dict[str, float]]:
     """Lines per second each registered format reads (in-process, best of 3)."""
-    from stepscale.sweeps.trainers.line_formats import RecordStream, read_metrics
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import RecordStream
 
     pattern = r"step (?P<step>\d+): train loss (?P<loss>\S+), val loss (?P<val_loss>\S+)"
     out = {}
@@ -374,6 +431,52 @@ def parse_speed(n_lines: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def tensorboard_speed(n_records: int) -> dict[str, float]:
+    """Seconds per record of reading TensorBoard event files (the job's own reader) against
+    parsing the same records printed among progress lines on stdout (nine noise lines a
+    record, as `realistic_log`): the acceptance asks for at most 2x."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    from stepscale.sweeps.trainers.line_formats import read_metrics
+    from stepscale.sweeps.trainers.record_stream import RecordStream
+    from stepscale.sweeps.trainers.structured_sources import TensorBoardSource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = EventFileWriter(tmp)
+        for step in range(n_records):
+            values = [
+                summary_pb2.Summary.Value(tag="train/loss", simple_value=2.0 + step * 1e-6),
+                summary_pb2.Summary.Value(tag="eval/loss", simple_value=2.5),
+            ]
+            writer.add_event(event_pb2.Event(step=step, summary=summary_pb2.Summary(value=values)))
+        writer.close()
+        spec = read_metrics({"preset": "hf_trainer"})
+        best_tb = math.inf
+        for _ in range(3):
+            source = TensorBoardSource(spec, Path(tmp), RecordStream(spec))
+            source.files = {}
+            start = time.perf_counter()
+            got = source.final()
+            best_tb = min(best_tb, time.perf_counter() - start)
+        assert len(got) == n_records, len(got)
+    text = realistic_log(n_records * 10)["kv_colon"]
+    stdout_spec = read_metrics({"source": "stdout", "format": "kv_colon"})
+    best_text = math.inf
+    for _ in range(3):
+        stream = RecordStream(stdout_spec)
+        start = time.perf_counter()
+        assert len(stream.feed(text)) == n_records
+        best_text = min(best_text, time.perf_counter() - start)
+    return {
+        "records": n_records,
+        "tensorboard_us_per_record": round(best_tb / n_records * 1e6, 2),
+        "stdout_us_per_record": round(best_text / n_records * 1e6, 2),
+        "tensorboard_over_stdout": round(best_tb / best_text, 2),
+        "meets_2x": bool(best_tb <= 2 * best_text),
+    }
+
+
 def main() -> None:
     """Measure each path and the formats' speed; print the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -382,11 +485,20 @@ def main() -> None:
     parser.add_argument("--by-hand", type=int, default=10, help="runs of the trainer by hand")
     parser.add_argument("--reference-runs", type=int, default=5, help="of each import timing")
     parser.add_argument("--poll-s", type=float, default=None, help="launcher.poll_s override")
-    parser.add_argument("--paths", default="jsonl,stdout", help="which paths to measure")
+    parser.add_argument(
+        "--paths", default="jsonl,stdout,tensorboard", help="which paths to measure"
+    )
     parser.add_argument("--parse-lines", type=int, default=200_000, help="log lines per format")
     args = parser.parse_args()
     paths = {p: measure(p, args) for p in args.paths.split(",")}
     result: dict[str, Any] = {"paths": paths, "parse": parse_speed(args.parse_lines)}
+    result["tensorboard_reading"] = tensorboard_speed(max(1000, args.parse_lines // 10))
+    if {"tensorboard", "stdout"} <= set(paths):
+        result["tensorboard_minus_stdout_overhead_s"] = round(
+            paths["tensorboard"]["overhead_above_startup_s"]
+            - paths["stdout"]["overhead_above_startup_s"],
+            3,
+        )
     if {"jsonl", "stdout"} <= set(paths):
         result["stdout_minus_jsonl_asked_to_told_s"] = round(
             paths["stdout"]["asked_to_told_median_s"] - paths["jsonl"]["asked_to_told_median_s"], 3

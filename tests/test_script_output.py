@@ -17,13 +17,9 @@ import pytest
 from stepscale.errors import UsageError
 from stepscale.sweeps.job.command import command_line
 from stepscale.sweeps.trainers.arg_styles import STYLES, ArgsSpec, fill, read_args
-from stepscale.sweeps.trainers.line_formats import (
-    FORMATS,
-    RecordStream,
-    parse_text,
-    read_metrics,
-)
+from stepscale.sweeps.trainers.line_formats import FORMATS, read_metrics
 from stepscale.sweeps.trainers.output_sources import FileSource, _split_utf8
+from stepscale.sweeps.trainers.record_stream import RecordStream, parse_text
 from stepscale.sweeps.trainers.spec import read_trainer
 
 BAR = "\r  3%|▎         | 3/100 [00:00<00:05, 17.9it/s, loss=9.99]"
@@ -73,7 +69,10 @@ def test_several_patterns_and_a_step_on_its_own_line() -> None:
         "pattern": [r"=== iteration (?P<step>\d+) ===", r"eval loss (?P<eval_loss>[-+.\deEnaif]+)"],
     }
     log = "eval loss 9.0\n=== iteration 5 ===\nWARNING: slow\neval loss 2.5\n" + BAR + "\n"
-    assert parse(metrics, log) == [{"step": 5, "eval_loss": 2.5}]  # before any step: ignored
+    # before any step: step 0 on a run from scratch, not recorded on a resumed run
+    assert parse(metrics, log) == [{"step": 0, "eval_loss": 9.0}, {"step": 5, "eval_loss": 2.5}]
+    records, stream = parse_text(read_metrics(metrics), log, resumed=True)
+    assert records == [{"step": 5, "eval_loss": 2.5}] and stream.unplaced == 1
 
 
 def test_key_colon_pairs_a_step_on_another_line_than_its_losses() -> None:
@@ -126,7 +125,7 @@ def test_json_lines_among_other_output() -> None:
         '{"iteration": 10, "loss": 3.1}\n'
         '[INFO] {"iteration": 20, "loss": 2.0, "val": null, "ok": true}\n' + BAR + "\n"
         '{"iteration": 30, "val": NaN}\n'
-        '{"val": 1.5}\n'  # no step: it belongs to step 30
+        "{'acc': 0.75}\n"  # no step: it belongs to step 30; a Python dict reads too
     )
     names = {"iteration": "step", "val": "eval_loss"}
     records = parse({"source": "stderr", "format": "json", "names": names}, log)
@@ -134,7 +133,7 @@ def test_json_lines_among_other_output() -> None:
     assert records[1] == {"step": 10, "loss": 3.1}
     assert records[2]["step"] == 20 and records[2]["loss"] == 2.0 and "ok" not in records[2]
     assert nan_at(records, 20, "eval_loss") and nan_at(records, 30, "eval_loss")
-    assert records[-1] == {"step": 30, "eval_loss": 1.5} and len(records) == 5
+    assert records[-1] == {"step": 30, "acc": 0.75} and len(records) == 5
 
 
 def test_csv_with_a_header_row_empty_cells_and_a_repeated_header() -> None:
@@ -181,8 +180,15 @@ def test_text_arrives_in_pieces_and_the_last_line_needs_no_newline(tmp_path: Pat
 
 
 def test_formats_are_registered_plug_ins() -> None:
-    assert set(FORMATS) == {"kv_colon", "kv_equals", "json", "csv", "regex"}
-    assert set(STYLES) == {"key=value", "--key=value", "--key value", "none"}
+    assert set(FORMATS) == {"kv_colon", "kv_equals", "kv_pipes", "json", "csv", "regex"}
+    assert set(STYLES) == {
+        "key=value",
+        "--key=value",
+        "--key value",
+        "-key value",
+        "-key=value",
+        "none",
+    }
 
 
 # ------------------------------------------------------------------------ arguments
@@ -278,7 +284,7 @@ def test_bad_trainer_settings_are_refused_naming_the_key(tmp_path: Path) -> None
         r"trainer\.metrics\.pattern: no pattern gives the eval loss": {
             "metrics": {**regex, "pattern": "(?P<step>\\d+) (?P<loss>\\S+)"}
         },
-        r"trainer\.metrics\.format: unknown line format 'yaml'": {
+        r"trainer\.metrics\.format: unknown format 'yaml'": {
             "metrics": {"source": "stdout", "format": "yaml"}
         },
         r"trainer\.metrics\.format: say how": {"metrics": {"source": "stdout"}},

@@ -31,12 +31,7 @@ from stepscale.reporters import finite_or_none
 from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STATUS_JSON
 from stepscale.sweeps.trainers.arg_styles import fill, flat_config, hydra_value
 from stepscale.sweeps.trainers.metrics_file import MalformedRecord, last_step
-from stepscale.sweeps.trainers.output_sources import (
-    FileSource,
-    JsonlSource,
-    PipeSource,
-    final_records,
-)
+from stepscale.sweeps.trainers.output_sources import JsonlSource, final_records, open_source
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
@@ -102,10 +97,12 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         command_line(spec, resuming),
         cwd=trainer.cwd or folder,
         env=os.environ.copy(),
-        stdout=subprocess.PIPE if where == "stdout" else sys.stdout,
-        stderr=subprocess.PIPE if where == "stderr" else sys.stderr,
+        stdout=subprocess.PIPE if where in ("stdout", "output") else sys.stdout,
+        stderr=subprocess.STDOUT
+        if where == "output"
+        else (subprocess.PIPE if where == "stderr" else sys.stderr),
     )
-    source = _source(spec, proc)
+    source = _source(spec, proc, resuming)
     verdict = Action.CONTINUE
     deadline: float | None = None  # when a signalled program is killed
 
@@ -165,20 +162,19 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     return _status(folder, verdict, last_step(folder / METRICS_JSONL))
 
 
-def _source(spec: Any, proc: subprocess.Popen[bytes]) -> Any:
+def _source(spec: Any, proc: subprocess.Popen[bytes], resuming: bool = False) -> Any:
     """Where the records of ``proc`` come from (`sweeps.trainers.output_sources`)."""
     metrics = spec.trainer.metrics
     folder = Path(spec.trial_dir)
     if not metrics.parsed:
         return JsonlSource(folder / METRICS_JSONL)
-    if metrics.source == "stdout":
-        return PipeSource(metrics, proc.stdout, sys.stdout.fileno(), "stdout")  # type: ignore[arg-type]
-    if metrics.source == "stderr":
-        return PipeSource(metrics, proc.stderr, sys.stderr.fileno(), "stderr")  # type: ignore[arg-type]
-    path = Path(fill(metrics.source, placeholder_values(spec)))
-    return FileSource(
-        metrics, path if path.is_absolute() else Path(spec.trainer.cwd or folder) / path
-    )
+    values = placeholder_values(spec)
+    place = Path(folder)
+    if metrics.source not in ("stdout", "stderr", "output"):
+        place = Path(fill(metrics.source, values))
+        place = place if place.is_absolute() else Path(spec.trainer.cwd or folder) / place
+    pipes = {"stdout": proc.stdout, "stderr": proc.stderr}
+    return open_source(metrics, pipes, place, values, resuming)
 
 
 def _last_lines(source: Any) -> str:

@@ -6,6 +6,8 @@ Argument styles are plug-ins registered by name (`ArgStyle`, `STYLES`):
 - ``key=value``: Hydra's override grammar (the default; ``optim.lr=0.001``);
 - ``--key=value``: argparse, absl, exec-style configurators (``--learning_rate=0.001``);
 - ``--key value``: argparse's other spelling (``--learning_rate 0.001``);
+- ``-key value`` / ``-key=value``: single-dash flags (Go's flag package, some C++ and
+  Java trainers);
 - ``none``: no arguments (the script reads ``config.json`` or the environment).
 
 Values are written by type so that a script that checks types gets the type it declared:
@@ -84,6 +86,8 @@ def register_style(style: ArgStyle) -> None:
 register_style(ArgStyle("key=value", lambda k, v: [f"{k}={v}"], hydra_value, "lower"))
 register_style(ArgStyle("--key=value", lambda k, v: [f"--{k}={v}"], literal, "python"))
 register_style(ArgStyle("--key value", lambda k, v: [f"--{k}", v], literal, "python"))
+register_style(ArgStyle("-key value", lambda k, v: [f"-{k}", v], literal, "python"))
+register_style(ArgStyle("-key=value", lambda k, v: [f"-{k}={v}"], literal, "python"))
 register_style(ArgStyle("none", lambda k, v: [], literal, "python"))
 
 

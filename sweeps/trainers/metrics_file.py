@@ -59,11 +59,13 @@ def parse_record(line: str, lineno: int) -> dict[str, Any]:
     return record
 
 
-def read_appended(path: Path, inode: int | None, offset: int) -> tuple[bytes, int, bool] | None:
+def read_appended(
+    path: Path, inode: int | None, offset: int, limit: int = -1
+) -> tuple[bytes, int, bool] | None:
     """What was appended to a followed file since ``offset`` (of the file ``inode``):
-    ``(data, inode, restarted)``. A file replaced or cut short (a program that resumes and
-    rewrites it) is read from its start, with ``restarted`` true. None while it does not
-    exist."""
+    ``(data, inode, restarted)``, at most ``limit`` bytes (-1: all). A file replaced or cut
+    short (a program that resumes and rewrites it) is read from its start, with
+    ``restarted`` true. None while it does not exist."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -71,7 +73,7 @@ def read_appended(path: Path, inode: int | None, offset: int) -> tuple[bytes, in
     restarted = st.st_ino != inode or st.st_size < offset
     with open(path, "rb") as f:
         f.seek(0 if restarted else offset)
-        return f.read(), st.st_ino, restarted
+        return f.read(limit), st.st_ino, restarted
 
 
 class MetricsTail:

@@ -1,20 +1,32 @@
 """Where a command trainer's records come from while it runs (``trainer.metrics.source``):
-the ``metrics.jsonl`` it appends to itself (`JsonlSource`), its stdout or stderr read
-through a pipe and passed on whole to the trial's logs (`PipeSource`), or a file it writes
-(`FileSource`). Each gives the records completed since it was last asked."""
+the ``metrics.jsonl`` it appends to itself (`JsonlSource`), its stdout, stderr or both
+merged in the order printed (``output``) read through a pipe and passed on whole to the
+trial's logs (`PipeSource`), a file it writes (`FileSource`), or the structured files of
+`sweeps.trainers.structured_sources` (TensorBoard event files, a JSON document). Each gives
+the records completed since it was last asked; a record whose step cannot be trusted raises
+`UnreliableStep` (a `MalformedRecord`: the attempt fails) from `read_new`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import sys
 import threading
 from pathlib import Path
 from typing import IO, Any
 
-from stepscale.sweeps.trainers.line_formats import MetricsSpec, RecordStream
-from stepscale.sweeps.trainers.metrics_file import MetricsTail, read_appended
+from stepscale.sweeps.trainers.line_formats import JSON_DOCUMENT, TENSORBOARD, MetricsSpec
+from stepscale.sweeps.trainers.metrics_file import MalformedRecord, MetricsTail, read_appended
+from stepscale.sweeps.trainers.record_stream import RecordStream
+from stepscale.sweeps.trainers.structured_sources import (
+    JsonDocumentSource,
+    TensorBoardSource,
+    check_regular,
+)
 
 CHUNK = 65536
+READ_LIMIT = 4 * 1024 * 1024  # bytes of a followed file read at one poll: memory stays bounded
 
 
 class JsonlSource:
@@ -39,12 +51,15 @@ class PipeSource:
 
     parsed = True
 
-    def __init__(self, spec: MetricsSpec, pipe: IO[bytes], out_fd: int, where: str) -> None:
-        self.stream = RecordStream(spec)
+    def __init__(
+        self, spec: MetricsSpec, pipe: IO[bytes], out_fd: int, where: str, stream: RecordStream
+    ) -> None:
+        self.stream = stream
         self.where = where
         self.pipe = pipe
         self.out_fd = out_fd
-        self.queue: queue.Queue[list[dict[str, Any]]] = queue.Queue()
+        self.queue: queue.Queue[list[dict[str, Any]] | MalformedRecord] = queue.Queue()
+        self.failed = False  # a record was refused: the output is still copied, not read
         self.thread = threading.Thread(target=self._copy, name=f"stepscale-{where}", daemon=True)
         self.thread.start()
 
@@ -56,21 +71,37 @@ class PipeSource:
             if not data:
                 break
             _write_all(self.out_fd, data)
+            if self.failed:
+                continue
             data, decoder_tail = _split_utf8(decoder_tail + data)
-            records = self.stream.feed(data.decode("utf-8", errors="replace"))
-            if records:
-                self.queue.put(records)
-        tail = self.stream.feed(decoder_tail.decode("utf-8", errors="replace"))
-        self.queue.put(tail + self.stream.close())
+            text = data.decode("utf-8", errors="replace")
+            self._parse(lambda: self.stream.feed(text))  # noqa: B023 (called at once)
+        if not self.failed:
+            tail = decoder_tail.decode("utf-8", errors="replace")
+            self._parse(lambda: self.stream.feed(tail) + self.stream.close())
+        self.queue.put([])
+
+    def _parse(self, read: Any) -> None:
+        try:
+            records = read()
+        except MalformedRecord as exc:  # refused: the job fails the attempt
+            self.failed = True
+            self.queue.put(exc)
+            return
+        if records:
+            self.queue.put(records)
 
     def read_new(self) -> list[dict[str, Any]]:
-        """Records parsed since the last call."""
+        """Records parsed since the last call (`UnreliableStep` once one was refused)."""
         out: list[dict[str, Any]] = []
         while True:
             try:
-                out += self.queue.get_nowait()
+                got = self.queue.get_nowait()
             except queue.Empty:
                 return out
+            if isinstance(got, MalformedRecord):
+                raise got
+            out += got
 
     def finish(self, timeout: float = 10.0) -> None:
         """Wait for the pipe's end (the program exited; a child of it may hold the pipe
@@ -85,13 +116,17 @@ class FileSource:
 
     parsed = True
 
-    def __init__(self, spec: MetricsSpec, path: Path) -> None:
+    def __init__(self, spec: MetricsSpec, path: Path, stream: RecordStream | None = None) -> None:
         self.spec = spec
         self.path = path
         self.where = f"file {path}"
-        self.stream = RecordStream(spec)
+        self.stream = stream = stream or RecordStream(spec)
+        self.make_stream = lambda: RecordStream(spec, stream.settings, stream.resumed)
         self.offset = 0
         self.inode: int | None = None
+        self.head = b""  # the file's first line: a file rewritten whole changes it
+        self.given = -1  # the last step given: a file rewritten whole gives them again
+        self.replay = -1  # after a rewrite: records up to this step were given already
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -100,28 +135,56 @@ class FileSource:
         self._header_of_earlier_lines()
 
     def _header_of_earlier_lines(self) -> None:
-        """Read the lines already there without keeping their records: a CSV appended to
-        keeps its header, the current step is known."""
+        """Read the lines already there without keeping their records (nor checking them:
+        they are an earlier run's): a CSV appended to keeps its header."""
         with open(self.path, "rb") as f:
-            data = f.read(self.offset)
-        self.stream.feed(data.decode("utf-8", errors="replace"))
-        self.stream.records = self.stream.lines = 0
-        self.stream.last_lines.clear()
+            data = f.read(min(self.offset, READ_LIMIT))
+        self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
+        earlier = self.make_stream()
+        earlier.checker.check = lambda *a: None  # type: ignore[method-assign]
+        with contextlib.suppress(MalformedRecord):  # an earlier run's lines are not checked
+            earlier.feed(data.decode("utf-8", errors="replace"))
+        self.stream.format = earlier.format
+
+    def _rewritten(self) -> bool:
+        """Was the file rewritten whole in place (its first line changed), as a logger that
+        adds a column does (Lightning's CSVLogger)?"""
+        if not self.head:
+            return False
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(len(self.head)) != self.head
+        except OSError:
+            return False
 
     def read_new(self) -> list[dict[str, Any]]:
-        """Records of the lines completed since the last call."""
-        got = read_appended(self.path, self.inode, self.offset)
+        """Records of the lines completed since the last call; of a file rewritten whole,
+        only the records after the last step given."""
+        check_regular(self.path)
+        rewritten = self._rewritten()
+        got = read_appended(self.path, self.inode, 0 if rewritten else self.offset, READ_LIMIT)
         if got is None:
             return []
         data, self.inode, restarted = got
-        if restarted:
-            self.offset = 0
+        if restarted or rewritten:
+            # rewritten in place and longer: the same records and more (a logger that adds
+            # a column); replaced or shorter: a run that starts again
+            self.offset, self.replay = 0, (self.given if rewritten and not restarted else -1)
             counted = self.stream.records
-            self.stream = RecordStream(self.spec)  # a new file: a new header, no step yet
+            self.stream = self.make_stream()  # a new file: a new header, no step yet
             self.stream.records = counted
         data, _ = _split_utf8(data)
+        if self.offset == 0:
+            self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         self.offset += len(data)
-        return self.stream.feed(data.decode("utf-8", errors="replace"))
+        records = self.stream.feed(data.decode("utf-8", errors="replace"))
+        if self.replay >= 0:
+            records = [r for r in records if r["step"] > self.replay]
+            if records:
+                self.replay = -1
+        if records:
+            self.given = records[-1]["step"]
+        return records
 
     def finish(self) -> None:
         """The program has exited: its last line counts even without a newline."""
@@ -130,10 +193,44 @@ class FileSource:
 def final_records(source: Any) -> list[dict[str, Any]]:
     """What a source still gives after the program exited."""
     source.finish()
+    if isinstance(source, TensorBoardSource | JsonDocumentSource):
+        return source.final()
     records = source.read_new()
     if isinstance(source, FileSource):
+        while True:  # read to the end, a bounded piece at a time
+            offset = source.offset
+            records += source.read_new()
+            if source.offset == offset:
+                break
         records += source.stream.close()
     return records
+
+
+def open_source(
+    spec: MetricsSpec,
+    pipes: dict[str, Any],
+    place: Path,
+    settings: dict[str, Any],
+    resumed: bool,
+    copy_to: int | None = None,
+) -> Any:
+    """The source of a running program's records: ``pipes`` its ``stdout``/``stderr``
+    (``output``: stdout carries both), ``place`` the file or folder a file source names
+    (placeholders filled), ``settings`` the trial's (for step and value expressions),
+    ``resumed`` whether the program resumes (values before its first step are unplaced),
+    ``copy_to`` where a pipe's bytes are copied (default: the job's own stdout or stderr,
+    the trial's logs)."""
+    stream = RecordStream(spec, settings, resumed)
+    if spec.source in ("stdout", "stderr", "output"):
+        pipe = "stderr" if spec.source == "stderr" else "stdout"
+        fd = sys.stderr.fileno() if pipe == "stderr" else sys.stdout.fileno()
+        fd = fd if copy_to is None else copy_to
+        return PipeSource(spec, pipes[pipe], fd, spec.source, stream)
+    if spec.format == TENSORBOARD:
+        return TensorBoardSource(spec, place, stream)
+    if spec.format == JSON_DOCUMENT:
+        return JsonDocumentSource(spec, place, stream)
+    return FileSource(spec, place, stream)
 
 
 def _split_utf8(data: bytes) -> tuple[bytes, bytes]:
