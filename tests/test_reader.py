@@ -400,3 +400,12 @@ def test_a_trial_whose_steps_go_backwards_fails_its_attempt(tmp_path: Path) -> N
     assert time.monotonic() - start < 25  # the script was ended, not waited for
     steps = [json.loads(x)["step"] for x in (folder / "metrics.jsonl").read_text().splitlines()]
     assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3}  # nothing after the reset
+
+
+def test_a_suggestion_for_event_files_says_when_presets_disagree_on_steps(capsys) -> None:
+    from stepscale.cli.sample_log import check_sample_log
+
+    folder = Path(__file__).parent / "logs" / "built" / "pytorch_tb"
+    assert check_sample_log(command_trainer(None), str(folder)) == 0
+    err = capsys.readouterr().err
+    assert "preset: hf_trainer" in err and "Check the steps: preset lightning" in err
