@@ -76,10 +76,20 @@ def _suggest(place: Path, settings: dict) -> int:
         print(dumps(record))
     block = yaml.safe_dump({"trainer": {"metrics": best.block}}, sort_keys=False).rstrip()
     others = ", ".join(_label(r.block) for r in readings[1:4])
+    steps = {tuple(r["step"] for r in best.records)}
+    differ = [
+        _label(r.block) for r in readings[1:] if tuple(x["step"] for x in r.records) not in steps
+    ]
     print(
         f"sweep: {place} has no trainer.metrics block to check; this one reads it "
         f"({len(best.records)} records above):\n{block}"
-        + (f"\n(also reading it: {others})" if others else ""),
+        + (f"\n(also reading it: {others})" if others else "")
+        + (
+            f"\nCheck the steps: {', '.join(differ)} read other steps from it — pick the "
+            "preset of the framework that wrote it (e.g. Lightning logs at its step - 1)"
+            if differ
+            else ""
+        ),
         file=sys.stderr,
     )
     return 0

@@ -6,6 +6,7 @@ source, and the suggestion from a log. Pure functions and tiny processes: the fa
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -355,3 +356,56 @@ def test_a_csv_rewritten_in_place_with_a_new_column_repeats_no_record(tmp_path: 
     # Lightning's CSVLogger rewrites the whole file when a metric appears
     path.write_text("epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n")
     assert source.read_new() == [{"step": 19, "epoch": 0.0, "train_loss": 3.2}]
+
+
+# ------------------------------------------------------------- inside a trial's job
+
+RESETTING = """import sys, time
+print("epoch 1", file=sys.stderr, flush=True)
+for epoch in (1, 2):
+    for batch in (1, 2, 3):
+        print(f"batch={batch} loss={3 - epoch - batch / 10}", flush=True)
+time.sleep(30)  # still running when the job refuses its steps: the job ends it
+"""
+
+
+def test_a_trial_whose_steps_go_backwards_fails_its_attempt(tmp_path: Path) -> None:
+    from stepscale.sweeps.job.spec import TrialSpec
+    from stepscale.sweeps.job.trial_job import run_trial
+    from stepscale.sweeps.study.storage import StorageSpec
+    from stepscale.sweeps.trainers.spec import read_trainer
+
+    (tmp_path / "train.py").write_text(RESETTING)
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    metrics = {"source": "output", "format": "kv_equals", "names": {"batch": "step"}}
+    trainer = read_trainer(
+        {"command": ["{python}", "train.py"], "args": "none", "metrics": metrics}, [tmp_path]
+    )
+    spec = TrialSpec(
+        trial="p/0", study_name="s/p", trial_id=0, number=0, trial_dir=str(folder), config={},
+        storage=StorageSpec("journal", str(folder / "unused.journal")), trainer=trainer, seed=0,
+        target_loss=None, pruner=None, horizon=20, attempt=1, settings={},
+    )  # fmt: skip
+    saved = dict(os.environ)
+    start = time.monotonic()
+    try:
+        with pytest.raises(
+            UnreliableStep, match=r"(?s)from 3 to 1.*line 4: batch=3.*line 5: batch=1"
+        ):
+            run_trial(spec)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert time.monotonic() - start < 25  # the script was ended, not waited for
+    steps = [json.loads(x)["step"] for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3}  # nothing after the reset
+
+
+def test_a_suggestion_for_event_files_says_when_presets_disagree_on_steps(capsys) -> None:
+    from stepscale.cli.sample_log import check_sample_log
+
+    folder = Path(__file__).parent / "logs" / "built" / "pytorch_tb"
+    assert check_sample_log(command_trainer(None), str(folder)) == 0
+    err = capsys.readouterr().err
+    assert "preset: hf_trainer" in err and "Check the steps: preset lightning" in err
