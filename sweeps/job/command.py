@@ -37,6 +37,7 @@ from stepscale.sweeps.trainers.output_sources import (
     PipeSource,
     final_records,
 )
+from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
@@ -56,7 +57,7 @@ def placeholder_values(spec: Any) -> dict[str, Any]:
     ``trial_dir``, ``seed``, ``max_steps`` and ``python``."""
     values = flat_config(spec.config)
     values |= {
-        "trial_dir": str(spec.trial_dir),
+        "trial_dir": placeholder_trial_dir(spec.trial_dir),  # a path without '=' (aliases/)
         "seed": spec.seed,
         "max_steps": int(spec.horizon),
         "python": sys.executable,

@@ -1,0 +1,103 @@
+"""Train a tiny character-level GPT-2 with Hugging Face Transformers' `Trainer`, on the CPU.
+
+A plain Transformers script: its flags are `TrainingArguments` (`--per_device_train_batch_size
+--learning_rate --max_steps --output_dir --eval_steps …`) and a few of its own (the text file
+and the model's size), parsed by `HfArgumentParser`; the model is built from a `GPT2Config`
+and trained from scratch on character ids (no tokenizer, nothing downloaded); the `Trainer`
+evaluates every `--eval_steps`, saves checkpoints in `--output_dir`, and a run started again
+with the same `--output_dir` resumes from the newest checkpoint there.
+
+    python train.py --data_path=input.txt.gz --output_dir=out --max_steps=200 \\
+        --per_device_train_batch_size=16 --learning_rate=1e-3
+"""
+
+import gzip
+import os
+from dataclasses import dataclass, field
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model is built here
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    GPT2Config,
+    GPT2LMHeadModel,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+)
+from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
+
+
+@dataclass
+class ModelArguments:
+    """The model's size and the text it learns."""
+
+    data_path: str = field(default="input.txt", metadata={"help": "a text file, plain or .gz"})
+    block_size: int = field(default=64, metadata={"help": "characters per sequence"})
+    n_layer: int = field(default=2)
+    n_head: int = field(default=2)
+    n_embd: int = field(default=64)
+    eval_sequences: int = field(default=64, metadata={"help": "validation sequences"})
+    threads: int = field(default=1, metadata={"help": "torch's intra-op threads"})
+
+
+class Windows(torch.utils.data.Dataset):
+    """Sequences of `block_size` character ids: every `stride`-th window of `ids`."""
+
+    def __init__(self, ids: torch.Tensor, block_size: int, stride: int) -> None:
+        self.ids, self.block_size = ids, block_size
+        self.starts = range(0, len(ids) - block_size, stride)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        x = self.ids[self.starts[i] : self.starts[i] + self.block_size]
+        return {"input_ids": x, "labels": x}
+
+
+def main() -> None:
+    parser = HfArgumentParser((ModelArguments, TrainingArguments))
+    model_args, training_args = parser.parse_args_into_dataclasses()
+    torch.set_num_threads(model_args.threads)
+
+    opener = gzip.open if model_args.data_path.endswith(".gz") else open
+    with opener(model_args.data_path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    chars = sorted(set(text))
+    lookup = {c: i for i, c in enumerate(chars)}
+    ids = torch.tensor([lookup[c] for c in text], dtype=torch.long)
+    n_train = int(0.9 * len(ids))
+    block = model_args.block_size
+    train = Windows(ids[:n_train], block, stride=block // 2)
+    val_ids = ids[n_train:]
+    val_stride = max(1, (len(val_ids) - block) // model_args.eval_sequences)
+    val = Windows(val_ids, block, stride=val_stride)
+    val.starts = val.starts[: model_args.eval_sequences]
+
+    config = GPT2Config(
+        vocab_size=len(chars),
+        n_positions=block,
+        n_embd=model_args.n_embd,
+        n_layer=model_args.n_layer,
+        n_head=model_args.n_head,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    torch.manual_seed(training_args.seed)
+    model = GPT2LMHeadModel(config)
+    print(f"model: {sum(p.numel() for p in model.parameters())} parameters, {len(chars)} chars")
+
+    trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=val)
+    last = None
+    if os.path.isdir(training_args.output_dir):
+        last = get_last_checkpoint(training_args.output_dir)
+    if last is not None:
+        print(f"resuming from {last}")
+    trainer.train(resume_from_checkpoint=last)
+    trainer.save_state()
+
+
+if __name__ == "__main__":
+    main()
