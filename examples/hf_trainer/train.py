@@ -4,8 +4,9 @@ A plain Transformers script: its flags are `TrainingArguments` (`--per_device_tr
 --learning_rate --max_steps --output_dir --eval_steps …`) and a few of its own (the text file
 and the model's size), parsed by `HfArgumentParser`; the model is built from a `GPT2Config`
 and trained from scratch on character ids (no tokenizer, nothing downloaded); the `Trainer`
-evaluates every `--eval_steps`, saves checkpoints in `--output_dir`, and a run started again
-with the same `--output_dir` resumes from the newest checkpoint there.
+evaluates every `--eval_steps`, saves checkpoints in `--output_dir`, stops early at
+`--target_loss` (a `TrainerCallback`), and a run started again with the same `--output_dir`
+resumes from the newest checkpoint there.
 
     python train.py --data_path=input.txt.gz --output_dir=out --max_steps=200 \\
         --per_device_train_batch_size=16 --learning_rate=1e-3
@@ -18,15 +19,16 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model is built here
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
     HfArgumentParser,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
-from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
+from transformers.trainer_utils import get_last_checkpoint
 
 
 @dataclass
@@ -40,6 +42,21 @@ class ModelArguments:
     n_embd: int = field(default=64)
     eval_sequences: int = field(default=64, metadata={"help": "validation sequences"})
     threads: int = field(default=1, metadata={"help": "torch's intra-op threads"})
+    target_loss: float | None = field(
+        default=None, metadata={"help": "end training at the first eval_loss at or below this"}
+    )
+
+
+class StopAtLoss(TrainerCallback):
+    """End training at the first evaluation whose loss is at or below ``target``."""
+
+    def __init__(self, target: float) -> None:
+        self.target = target
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics and metrics.get("eval_loss", float("inf")) <= self.target:
+            print(f"eval_loss {metrics['eval_loss']:.4f} <= {self.target}: stopping")
+            control.should_training_stop = True
 
 
 class Windows(torch.utils.data.Dataset):
@@ -89,13 +106,23 @@ def main() -> None:
     model = GPT2LMHeadModel(config)
     print(f"model: {sum(p.numel() for p in model.parameters())} parameters, {len(chars)} chars")
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=val)
-    last = None
-    if os.path.isdir(training_args.output_dir):
-        last = get_last_checkpoint(training_args.output_dir)
-    if last is not None:
-        print(f"resuming from {last}")
-    trainer.train(resume_from_checkpoint=last)
+    callbacks = [] if model_args.target_loss is None else [StopAtLoss(model_args.target_loss)]
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=val,
+        callbacks=callbacks,
+    )
+    # Resume from the newest checkpoint in output_dir (or --resume_from_checkpoint=PATH;
+    # "latest", as in the diffusers scripts, is the newest one too).
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint in (None, "latest"):
+        out = training_args.output_dir
+        checkpoint = get_last_checkpoint(out) if os.path.isdir(out) else None
+    if checkpoint is not None:
+        print(f"resuming from {checkpoint}")
+    trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()
 
 

@@ -5,7 +5,8 @@ A plain Lightning script: argparse flags (`--batch_size --learning_rate --max_st
 scratch on character ids of a text file; Lightning's `CSVLogger` writes the losses to
 `<output_dir>/csv/metrics.csv` (a `step` column), a `ModelCheckpoint` keeps `last.ckpt` in
 `<output_dir>/checkpoints/`, and `trainer.fit(..., ckpt_path="last")` resumes from it when a
-run is started again with the same `--output_dir`.
+run is started again with the same `--output_dir`; `--target_loss` ends training early
+(Lightning's `EarlyStopping(stopping_threshold=…)`).
 
     python train.py --data_path=input.txt.gz --output_dir=out --max_steps=200 \\
         --batch_size=16 --learning_rate=1e-3
@@ -18,7 +19,7 @@ import os
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.nn import functional as F
@@ -27,8 +28,17 @@ from torch.nn import functional as F
 class CharTransformer(L.LightningModule):
     """A causal transformer over character ids; `val_loss` is the mean next-character loss."""
 
-    def __init__(self, vocab: int, block_size: int, n_embd: int, n_layer: int, n_head: int,
-                 learning_rate: float, warmup_steps: int, max_steps: int) -> None:
+    def __init__(
+        self,
+        vocab: int,
+        block_size: int,
+        n_embd: int,
+        n_layer: int,
+        n_head: int,
+        learning_rate: float,
+        warmup_steps: int,
+        max_steps: int,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.tok = nn.Embedding(vocab, n_embd)
@@ -98,6 +108,13 @@ def main() -> None:
     p.add_argument("--n_embd", type=int, default=64)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    p.add_argument("--ckpt_path", default="last", help="resume from: last, a file or none")
+    p.add_argument(
+        "--target_loss",
+        type=float,
+        default=None,
+        help="end training at the first val_loss at or below this",
+    )
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     L.seed_everything(args.seed)
@@ -116,8 +133,14 @@ def main() -> None:
     val_loader = torch.utils.data.DataLoader(val, batch_size=16)
 
     model = CharTransformer(
-        len(chars), args.block_size, args.n_embd, args.n_layer, args.n_head,
-        args.learning_rate, args.warmup_steps, args.max_steps,
+        len(chars),
+        args.block_size,
+        args.n_embd,
+        args.n_layer,
+        args.n_head,
+        args.learning_rate,
+        args.warmup_steps,
+        args.max_steps,
     )
     checkpoints = ModelCheckpoint(
         dirpath=os.path.join(args.output_dir, "checkpoints"),
@@ -125,6 +148,16 @@ def main() -> None:
         save_top_k=0,
         every_n_train_steps=args.checkpoint_every,
     )
+    callbacks = [checkpoints]
+    if args.target_loss is not None:
+        callbacks.append(
+            EarlyStopping(
+                monitor="val_loss",
+                stopping_threshold=args.target_loss,
+                patience=10**9,
+                check_on_train_epoch_end=False,
+            )
+        )
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -133,12 +166,15 @@ def main() -> None:
         check_val_every_n_epoch=None,
         limit_val_batches=args.limit_val_batches,
         log_every_n_steps=args.log_every_n_steps,
-        logger=CSVLogger(args.output_dir, name="csv", version=0, flush_logs_every_n_steps=10),
-        callbacks=[checkpoints],
+        logger=CSVLogger(
+            args.output_dir, name="csv", version=0, flush_logs_every_n_steps=args.log_every_n_steps
+        ),
+        callbacks=callbacks,
         default_root_dir=args.output_dir,
         enable_model_summary=False,
     )
-    trainer.fit(model, train_loader, val_loader, ckpt_path="last")
+    ckpt_path = None if args.ckpt_path == "none" else args.ckpt_path
+    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
 
 
 if __name__ == "__main__":
