@@ -42,10 +42,7 @@ def run_killed_and_resumed(
         if proc.poll() is not None:
             out, err = proc.communicate()
             raise AssertionError(f"sweep ended before a trial checkpointed: {out}{err}")
-        return any(
-            has_checkpoint(t) and not (t / rundir.STATUS_JSON).exists()
-            for t in run_dir.glob("trials/*/*")
-        )
+        return any(has_checkpoint(t) and running(t) for t in run_dir.glob("trials/*/*"))
 
     proc = start_sweep(*args, cwd=cwd)
     try:
@@ -53,14 +50,15 @@ def run_killed_and_resumed(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator, its workers and trainers
         proc.wait()
-    interrupted = [
-        t
-        for t in sorted(run_dir.glob("trials/*/*"))
-        if (t / rundir.TRIAL_JSON).exists() and not (t / rundir.STATUS_JSON).exists()
-    ]
+    interrupted = [t for t in sorted(run_dir.glob("trials/*/*")) if running(t)]
     res = run_sweep(*args, cwd=cwd, timeout=600)
     assert res.returncode == 0, res.stderr
     return FrameworkStudy(run_dir, interrupted, res.stdout, time.monotonic() - started)
+
+
+def running(trial: Path) -> bool:
+    """Whether the trial's job is training (its status.json says so while it runs)."""
+    return (read_json(trial / rundir.STATUS_JSON, lenient=True) or {}).get("state") == "running"
 
 
 def records(trial: Path) -> list[dict[str, Any]]:
