@@ -45,9 +45,18 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> FrameworkStudy:
     tmp = tmp_path_factory.mktemp("hf")
     args = ["run", "conf=hf_batchsize", "--config-dir", str(EXAMPLE), *TINY]
     args.append(f"run_dir={tmp / 'run'}")
-    return run_killed_and_resumed(
-        args, tmp, lambda t: any((t / "out").glob(f"checkpoint-{EVERY}/trainer_state.json"))
-    )
+    return run_killed_and_resumed(args, tmp, checkpointed)
+
+
+def checkpointed(trial: Path) -> bool:
+    """Whether the Trainer has written a checkpoint of ``trial`` whole (its state, written
+    last, reads)."""
+    try:
+        return bool(
+            json.loads((trial / "out" / f"checkpoint-{EVERY}" / "trainer_state.json").read_text())
+        )
+    except (OSError, ValueError):
+        return False
 
 
 def test_every_trial_ends_and_one_stops_at_the_target(study: FrameworkStudy) -> None:

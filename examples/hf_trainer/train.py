@@ -13,7 +13,9 @@ resumes from the newest checkpoint there.
 """
 
 import gzip
+import json
 import os
+import shutil
 from dataclasses import dataclass, field
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model is built here
@@ -74,6 +76,23 @@ class Windows(torch.utils.data.Dataset):
         return {"input_ids": x, "labels": x}
 
 
+def last_complete_checkpoint(output_dir: str) -> str | None:
+    """The newest ``checkpoint-N`` of ``output_dir`` that was written whole. The Trainer
+    writes a checkpoint's files in place, its ``trainer_state.json`` last: a run killed
+    while saving leaves a checkpoint that ``get_last_checkpoint`` would pick and that cannot
+    be loaded, so the newest one whose state reads is taken."""
+    while os.path.isdir(output_dir) and (last := get_last_checkpoint(output_dir)) is not None:
+        try:
+            with open(os.path.join(last, "trainer_state.json")) as f:
+                json.load(f)
+            return last
+        except (OSError, ValueError):
+            print(f"{last} was not written whole: set aside as {last}.incomplete")
+            shutil.rmtree(f"{last}.incomplete", ignore_errors=True)
+            os.replace(last, f"{last}.incomplete")
+    return None
+
+
 def main() -> None:
     parser = HfArgumentParser((ModelArguments, TrainingArguments))
     model_args, training_args = parser.parse_args_into_dataclasses()
@@ -118,8 +137,7 @@ def main() -> None:
     # "latest", as in the diffusers scripts, is the newest one too).
     checkpoint = training_args.resume_from_checkpoint
     if checkpoint in (None, "latest"):
-        out = training_args.output_dir
-        checkpoint = get_last_checkpoint(out) if os.path.isdir(out) else None
+        checkpoint = last_complete_checkpoint(training_args.output_dir)
     if checkpoint is not None:
         print(f"resuming from {checkpoint}")
     trainer.train(resume_from_checkpoint=checkpoint)
