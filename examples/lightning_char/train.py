@@ -156,6 +156,7 @@ def main() -> None:
                 stopping_threshold=args.target_loss,
                 patience=10**9,
                 check_on_train_epoch_end=False,
+                verbose=True,
             )
         )
     trainer = L.Trainer(
