@@ -250,8 +250,11 @@ def load(run_dir: str | os.PathLike[str]) -> xr.Dataset:
     for k in metric_names:
         if k in DERIVED:
             continue
-        name = _unique_name(k, taken, "metric")
-        data_vars[name] = (("trial", "step"), grids[k], _unit_attrs(k, unit))
+        # NetCDF (HDF5) takes '/' as a group separator: a framework's tag such as
+        # TensorBoard's `eval/runtime` becomes the variable `eval_runtime` (its name kept).
+        name = _unique_name(k.replace("/", "_"), taken, "metric")
+        attrs = _unit_attrs(k, unit) | ({"metric": k} if "/" in k else {})
+        data_vars[name] = (("trial", "step"), grids[k], attrs)
     taken |= set(KNOWN_METRICS)
 
     states = [trial_state(t) for t in trials]

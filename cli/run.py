@@ -40,6 +40,7 @@ from stepscale.sweeps.study.validate import (
     check_study,
 )
 from stepscale.sweeps.trainers.kinds import kind_of, study_trainer
+from stepscale.sweeps.trainers.trial_paths import check_trial_paths
 
 __all__ = ["prepare_study", "run_orchestrator", "run_study"]
 
@@ -91,6 +92,8 @@ def run_study(
     check_grid(cfg, space)
     check_sizes(cfg, len(space.points))
     run_dir = Path(cfg.run_dir) if cfg.run_dir else Path("runs") / cfg.name
+    fixed = [value for _, value in space.fixed.values()]
+    check_trial_paths(trainer, run_dir, [p.label for p in space.points], fixed)
     storage_spec = resolve(cfg.storage, run_dir)
     check_storage_place(storage_spec, run_dir)
     plan = plan_summary(cfg, space, sizes)

@@ -11,6 +11,7 @@ RUN_DIR/
   adaptive.json  transfer.json
   orchestrators/  orchestrator/  jobs/
   branches/<base trial>/  branch.json  study.json  trials/<branch label>/0/ …
+  aliases/<point alias> -> ../trials/<point label>   (what {trial_dir} gives a command)
   trials/<point label>/<n>/
       config.yaml  config.json  trial.json  status.json  metrics.jsonl  events.jsonl  control.json
       heartbeat.job  heartbeat.orch  checkpoints/  logs/
@@ -65,6 +66,34 @@ TRIAL_FILES = (TRIAL_JSON, STATUS_JSON, METRICS_JSONL)
 def trial_dir(run_dir: Path, label: str, number: int) -> Path:
     """``RUN_DIR/trials/<point label>/<n>/``."""
     return Path(run_dir) / TRIALS_DIR / label / str(number)
+
+
+# A trial's safe path: ``RUN_DIR/aliases/<point alias>/<n>``, where ``aliases/<point alias>``
+# is a relative symlink to ``../trials/<point label>``. The placeholder ``{trial_dir}`` of a
+# command trainer gives this path, so that a script that splits ``--key=value`` on every
+# ``=`` (or a list on ``,``) can take it; the trial's id and its folder stay as they are.
+ALIASES_DIR = "aliases"
+# The characters a path given to a script may hold: no ``=``, ``,``, spaces, quotes or
+# anything a shell or a naive parser treats specially.
+SAFE_PATH_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./+-")
+
+
+def point_alias(label: str) -> str:
+    """The point label as a safe folder name: ``=`` → ``-``, ``,`` → ``+``
+    (``batch_size=32,lr=0.001`` → ``batch_size-32+lr-0.001``). The labels of a study share
+    their parameter names in order and never hold ``+``, so two of them give one alias only
+    when a value itself holds ``=`` or ``,`` (``sweep run`` refuses such a study)."""
+    return label.replace("=", "-").replace(",", "+")
+
+
+def trial_alias(run_dir: Path, label: str, number: int) -> Path:
+    """``RUN_DIR/aliases/<point alias>/<n>/``: the trial's folder by a path without ``=``."""
+    return Path(run_dir) / ALIASES_DIR / point_alias(label) / str(number)
+
+
+def unsafe_path_chars(path: str) -> list[str]:
+    """The characters of ``path`` outside `SAFE_PATH_CHARS`, each once, in order."""
+    return list(dict.fromkeys(c for c in path if c not in SAFE_PATH_CHARS))
 
 
 def is_trial_dir(path: Path) -> bool:

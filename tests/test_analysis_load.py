@@ -227,3 +227,15 @@ def test_parallel_parse_gives_the_same_dataset(study: Path) -> None:
         [sys.executable, "-c", script, str(study)], capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0 and "identical" in res.stdout, res.stderr
+
+
+def test_a_metric_named_with_a_slash_is_saved(tmp_path: Path) -> None:
+    # TensorBoard tags (`eval/runtime`, from a framework's event files) reach metrics.jsonl
+    # as they are; NetCDF takes '/' for a group separator.
+    metrics = '{"step": 0, "eval_loss": 4.0, "eval/runtime": 0.1}\n'
+    metrics += '{"step": 10, "eval_loss": 3.0, "eval/runtime": 0.2}\n'
+    _one_trial(tmp_path, metrics, None, None)
+    ds = analysis.load(tmp_path)
+    assert ds["eval_runtime"].attrs["metric"] == "eval/runtime"
+    assert float(ds["eval_runtime"].isel(trial=0).sel(step=10)) == 0.2
+    xr.testing.assert_identical(ds, open_results(save(ds, tmp_path / "results.nc")))

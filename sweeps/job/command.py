@@ -32,6 +32,7 @@ from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STAT
 from stepscale.sweeps.trainers.arg_styles import fill, flat_config, hydra_value
 from stepscale.sweeps.trainers.metrics_file import MalformedRecord, last_step
 from stepscale.sweeps.trainers.output_sources import JsonlSource, final_records, open_source
+from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
@@ -51,7 +52,7 @@ def placeholder_values(spec: Any) -> dict[str, Any]:
     ``trial_dir``, ``seed``, ``max_steps`` and ``python``."""
     values = flat_config(spec.config)
     values |= {
-        "trial_dir": str(spec.trial_dir),
+        "trial_dir": placeholder_trial_dir(spec.trial_dir),  # a path without '=' (aliases/)
         "seed": spec.seed,
         "max_steps": int(spec.horizon),
         "python": sys.executable,
