@@ -194,6 +194,12 @@ STATUS_KEYS = (
     "loss_spike_steps",  # the first step of each (the first 100)
     "grad_norm_spike_steps",
     "init_from",  # the checkpoint of another run this one started from (a branch)
+    # train.on_spike (models/restarts.py), under a restart policy only
+    "spike_restarts",  # restarts done
+    "batches_skipped",  # batches of the data stream they skipped, in all
+    "steps_redone",  # steps trained on paths a restart abandoned (compute spent, not progress)
+    "steps_spent",  # steps_done + steps_redone: the optimizer steps computed
+    "restarts",  # one record per restart (the first 100), as in events.jsonl
 )
 # Status fields the analysis always has as coordinates (NaN where a trial lacks them).
 STATUS_COORDS = (
@@ -259,10 +265,19 @@ EVENT_KEYS = (
     "checkpoint",
     "value",  # a spike's value
     "median",  # the median of the window it was compared with
+    # spike_restart (step: the spike's)
+    "restart",  # its number, from 1
+    "trigger",  # loss_spike | non_finite_loss
+    "from_step",  # the checkpoint it went back to
+    "batches_skipped",  # batches it skipped
+    "skipped_total",  # batches skipped by all restarts so far
+    "steps_redone",  # steps it abandoned (from_step to where the spike was found)
 )
 # Events the built-in trainer writes for instabilities (models/spikes.py).
 LOSS_SPIKE = "loss_spike"
 GRAD_NORM_SPIKE = "grad_norm_spike"
+# A restart of train.on_spike (models/restarts.py).
+SPIKE_RESTART = "spike_restart"
 
 # ---------------------------------------------------------------------- the crossing
 
