@@ -214,6 +214,8 @@ STATUS_COORDS = (
     "wall_s",
     "loss_spikes",  # instability per trial (NaN for a trainer that does not count them)
     "grad_norm_spikes",
+    "spike_restarts",  # train.on_spike's restarts (NaN: no restart policy)
+    "steps_redone",  # the steps they abandoned: compute spent, not progress
 )
 
 # trial.json, written by the orchestrator.

@@ -233,3 +233,54 @@ def test_a_policy_needs_checkpoints(tmp_path: Path) -> None:
     cfg.train.checkpoint_every = 0
     with pytest.raises(ConfigError, match=r"train\.checkpoint_every"):
         run(cfg, tmp_path)
+
+
+def test_the_spike_table_counts_restarts_and_what_they_cost() -> None:
+    import xarray as xr
+
+    from stepscale.analysis.course import spike_table
+    from stepscale.analysis.report.course import spikes_section
+
+    ds = xr.Dataset(
+        coords={
+            "trial": ("trial", ["b=8/0", "b=8/1", "b=64/0", "b=64/1"]),
+            "point": ("trial", ["b=8", "b=8", "b=64", "b=64"]),
+            "state": ("trial", ["complete", "complete", "complete", "diverged"]),
+            "steps_done": ("trial", [100.0, 100.0, 50.0, 40.0]),
+            "loss_spikes": ("trial", [0.0, 0.0, 0.0, 1.0]),
+            "grad_norm_spikes": ("trial", [0.0, 0.0, 1.0, 1.0]),
+            "spike_restarts": ("trial", [0.0, 0.0, 1.0, 3.0]),
+            "steps_redone": ("trial", [0.0, 0.0, 15.0, 30.0]),
+        },
+        attrs={"parameters": "[]"},
+    )
+    rec = spike_table(ds)
+    assert rec is not None
+    small, large = rec.rows
+    assert (small.restarts, small.with_restarts, small.steps_redone) == (0, 0, 0)
+    assert (large.restarts, large.with_restarts, large.steps_redone, large.steps_done) == (
+        4, 2, 45, 90,
+    )  # fmt: skip
+    assert (rec.total_restarts, rec.total_steps_redone) == (4, 45)
+    text = " ".join(str(b) for b in spikes_section(ds))
+    assert "45 (50.0%)" in text and "Restarts: 4 in all, which redid 45 steps" in text
+
+
+def test_diverged_fractions_are_tested_one_sided_with_fishers_exact_test() -> None:
+    from stepscale.analysis.compare import ArmRow, diverged_tests
+
+    def arm(study: str, batch: float, diverged: int) -> ArmRow:
+        return ArmRow(study, f"b={batch:g}", batch, "—", 1.0, 0.1, (), 8, 0, 0, 0, diverged)
+
+    arms = [arm("on", 64, 0), arm("off", 64, 4), arm("on", 256, 1), arm("off", 256, 1)]
+    at_64, at_256, pooled = diverged_tests(arms, 0.05)
+    # P(X <= 0) for X ~ Hypergeometric(16 trials, 4 diverged, 8 drawn) = C(12,8) / C(16,8)
+    assert at_64.p == pytest.approx(495 / 12870)
+    assert "on has fewer diverged trials (p < 0.05)" in at_64.sentence("sequences")
+    # 1 of 8 against 1 of 8: P(X <= 1) = 1 - P(X = 2) = 1 - C(8,2) / C(16,2)
+    assert at_256.p == pytest.approx(1 - 28 / 120)
+    assert "not shown" in at_256.sentence("sequences")
+    assert (pooled.diverged, pooled.trials, pooled.other_diverged, pooled.other_trials) == (
+        1, 16, 5, 16,
+    )  # fmt: skip
+    assert "all batch sizes" in pooled.sentence("sequences")
