@@ -770,10 +770,11 @@ class Trainer:
             "loss_spike_steps": loop.loss_spike_steps[:MAX_LISTED],
             "grad_norm_spike_steps": loop.grad_norm_spike_steps[:MAX_LISTED],
             **({"init_from": self.init_from} if self.init_from else {}),
+            # null without a restart policy (the analysis reads NaN: no policy ran)
             **(
                 {**done.status(), "steps_spent": loop.step + done.steps_redone}
                 if self.policy is not None
-                else {}
+                else {"spike_restarts": None, "steps_redone": None}
             ),
         }
 

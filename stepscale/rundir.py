@@ -195,9 +195,9 @@ STATUS_KEYS = (
     "grad_norm_spike_steps",
     "init_from",  # the checkpoint of another run this one started from (a branch)
     # train.on_spike (models/restarts.py), under a restart policy only
-    "spike_restarts",  # restarts done
+    "spike_restarts",  # restarts done (null: no restart policy)
     "batches_skipped",  # batches of the data stream they skipped, in all
-    "steps_redone",  # steps trained on paths a restart abandoned (compute spent, not progress)
+    "steps_redone",  # steps trained on paths restarts abandoned (null: no policy)
     "steps_spent",  # steps_done + steps_redone: the optimizer steps computed
     "restarts",  # one record per restart (the first 100), as in events.jsonl
 )

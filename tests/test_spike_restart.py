@@ -124,7 +124,7 @@ def test_without_the_policy_the_poisoned_batch_spikes_the_run(runs: dict[str, Pa
     s = status(runs["off"])
     assert POISONED + 1 in s["loss_spike_steps"]  # its loss belongs to step u + 1
     assert s["steps_to_target"] is None or s["state"] == "diverged"
-    assert "spike_restarts" not in s
+    assert s["spike_restarts"] is None and s["steps_redone"] is None  # no policy ran
 
 
 def test_with_it_the_run_restarts_before_the_batch_skips_it_and_reaches_the_target(
