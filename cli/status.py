@@ -187,7 +187,7 @@ def print_status(run_dir: str, as_json: bool) -> int:
     restarted = [r for r in status["points"] if r["restarts"]]
     for r in restarted:
         listed = ", ".join(
-            f"{e['trial']}: spike at step {e['step']} → back to {e['from_step']}, "
+            f"trial {e['trial']}: spike at step {e['step']} → back to {e['from_step']}, "
             f"{e['batches_skipped']} batches skipped"
             for e in r["restarts"][:5]
         )

@@ -284,3 +284,46 @@ def test_diverged_fractions_are_tested_one_sided_with_fishers_exact_test() -> No
         1, 16, 5, 16,
     )  # fmt: skip
     assert "all batch sizes" in pooled.sentence("sequences")
+
+
+# --- the study arm on real text: conf/conf/shakespeare_spikes.yaml --------------------------
+
+TEXT = "shakespeare_spikes"
+OFF_ARM = [f"name={TEXT}_off", "train.on_spike.policy=off"]  # the preset's second command
+
+
+@pytest.mark.slow  # two shrunk studies and their comparison through the CLI
+def test_the_real_text_arms_differ_by_the_policy_and_the_report_counts_restarts(
+    tmp_path: Path,
+) -> None:
+    from helpers import TEST_COMPILE_CACHE
+
+    from stepscale.cli.main import main
+
+    shrink = [
+        "scientific.batch_size.values=[16,64]", "nuisance.lr.by=null",
+        "nuisance.lr.choices=[0.01]", "budget.trials_per_point=1", "budget.confirm_seeds=2",
+        'derived.horizon.expr="20"', 'derived.eval_every.expr="10"',
+        'derived.log_every.expr="10"', "schedule.warmup_steps=1", "objective.target_loss=4.1",
+        "data.eval_examples=8", "data.eval_batch=8", "model.n_layers=1", "parallelism=1",
+        "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+    ]  # fmt: skip
+    on, off, cmp = tmp_path / TEXT, tmp_path / f"{TEXT}_off", tmp_path / "cmp"
+    assert main(["run", f"conf={TEXT}", f"run_dir={on}", *shrink]) == 0
+    assert main(["run", f"conf={TEXT}", f"run_dir={off}", *OFF_ARM, *shrink]) == 0
+    assert main(["report", str(on), str(off), "--out", str(cmp)]) == 0
+    for run, policy in ((on, "restart"), (off, "off")):
+        for folder in sorted((run / "trials").glob("*/*")):
+            config = json.loads((folder / "config.json").read_text())
+            assert config["train"]["on_spike"]["policy"] == policy
+            assert config["train"]["checkpoint_every"] == 10 and config["optimizer"]["b2"] == 0.99
+            s = status(folder)
+            assert (s["spike_restarts"] is None) == (policy == "off")
+    doc = json.loads((cmp / "comparison.json").read_text())
+    arms = {(r["study"], r["batch"]): r for r in doc["arms"]}
+    assert all(arms[TEXT, b]["restarts"] >= 0 for b in (16, 64))
+    assert all(arms[f"{TEXT}_off", b]["restarts"] == -1 for b in (16, 64))
+    tests = doc["diverged_tests"]
+    assert [t["batch"] for t in tests][:2] == [16, 64] and len(tests) == 3
+    report = (cmp / "report.md").read_text()
+    assert "spike restarts" in report and "one-sided Fisher p =" in report
