@@ -93,12 +93,74 @@ class ArmRow(Record):
     loss_spikes: int
     grad_norm_spikes: int
     diverged: int
+    # train.on_spike (-1: no trial of the point ran a restart policy)
+    restarts: int = -1
+    steps_redone: int = 0
+    steps_done: int = 0  # of the paths kept by the trials that ran the policy
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """The seeds' mean and how many reached the target beside their values."""
         reached = [v for v in self.seeds if math.isfinite(v)]
         mean = sum(reached) / len(reached) if reached else None
         return fields | {"seeds_mean": mean, "seeds_reached": len(reached)}
+
+
+@dataclass(frozen=True)
+class DivergedTest(Record):
+    """Diverged trials of the first study against another's, at one batch size (NaN: all
+    batch sizes), with the one-sided p of Fisher's exact test of "fewer diverge"."""
+
+    first: str
+    other: str
+    batch: float = field(metadata=BATCH)
+    diverged: int
+    trials: int
+    other_diverged: int
+    other_trials: int
+    p: float
+    level: float
+
+    def sentence(self, unit: str) -> str:
+        """The test in words: the fractions, p, and whether it reaches the level."""
+        where = "all batch sizes" if math.isnan(self.batch) else f"batch {self.batch:g} {unit}"
+        verdict = (
+            f"{self.first} has fewer diverged trials (p < {self.level:g})"
+            if self.p < self.level
+            else f"fewer diverged trials not shown at p < {self.level:g}"
+        )
+        return (
+            f"{where}: {self.diverged}/{self.trials} diverged in {self.first}, "
+            f"{self.other_diverged}/{self.other_trials} in {self.other}; one-sided Fisher "
+            f"p = {self.p:.3g}: {verdict}."
+        )
+
+
+def diverged_tests(arms: Sequence[ArmRow], level: float) -> list[DivergedTest]:
+    """The first study's diverged fraction against each other study's, per batch size both
+    ran and over all of them (one-sided Fisher exact test, `scipy.stats.fisher_exact`)."""
+    from scipy import stats
+
+    studies = list(dict.fromkeys(r.study for r in arms))
+    if len(studies) < 2:
+        return []
+    first = studies[0]
+    out = []
+    for other in studies[1:]:
+        mine = {r.batch: r for r in arms if r.study == first and r.trials}
+        theirs = {r.batch: r for r in arms if r.study == other and r.trials}
+        shared = sorted(set(mine) & set(theirs))
+        if not shared:
+            continue
+        for b in [*shared, math.nan]:
+            picked = shared if math.isnan(b) else [b]
+            d1 = sum(mine[x].diverged for x in picked)
+            n1 = sum(mine[x].trials for x in picked)
+            d2 = sum(theirs[x].diverged for x in picked)
+            n2 = sum(theirs[x].trials for x in picked)
+            table = [[d1, n1 - d1], [d2, n2 - d2]]
+            p = float(stats.fisher_exact(table, alternative="less").pvalue)
+            out.append(DivergedTest(first, other, b, d1, n1, d2, n2, p, level))
+    return out
 
 
 @dataclass(frozen=True)
@@ -115,6 +177,9 @@ class Comparison(Record):
     claim_notes: tuple[str, ...] = field(default=(), metadata=OMIT)
     # each study at each point (only when the datasets were given: spikes need them)
     arms: tuple[ArmRow, ...] = ()
+    # "the first study has fewer diverged trials than each other one", per batch size and
+    # over all (Fisher's exact test, one-sided; only with the datasets)
+    diverged_tests: tuple[DivergedTest, ...] = ()
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Each claim with the batch size it was tested at."""
@@ -198,6 +263,15 @@ def arm_rows(label: str, a: StudyAnalysis, ds: xr.Dataset) -> list[ArmRow]:
                 loss_spikes=sp.loss_spikes if sp is not None else 0,
                 grad_norm_spikes=sp.grad_norm_spikes if sp is not None else 0,
                 diverged=sp.diverged if sp is not None else 0,
+                **(
+                    {
+                        "restarts": sp.restarts,
+                        "steps_redone": sp.steps_redone or 0,
+                        "steps_done": sp.steps_done or 0,
+                    }
+                    if sp is not None and sp.restarts is not None
+                    else {}
+                ),
             )
         )
     return out
@@ -275,7 +349,13 @@ def comparison(
     ]
     arms.sort(key=lambda r: r.batch)  # stable: the studies' order within a batch size
     return Comparison(
-        units.pop(), tuple(series), tuple(rows), tuple(claims), tuple(notes), tuple(arms)
+        units.pop(),
+        tuple(series),
+        tuple(rows),
+        tuple(claims),
+        tuple(notes),
+        tuple(arms),
+        tuple(diverged_tests(arms, level)),
     )
 
 
@@ -379,6 +459,7 @@ def _arm_blocks(rec: Comparison, target_text: str) -> list[Any]:
     if not rec.arms:
         return []
     rows: list[list[Any]] = []
+    restarts = any(r.restarts >= 0 for r in rec.arms)
     for r in rec.arms:
         reached = [v for v in r.seeds if math.isfinite(v)]
         mean = num(sum(reached) / len(reached)) if reached else "—"
@@ -396,6 +477,7 @@ def _arm_blocks(rec: Comparison, target_text: str) -> list[Any]:
                     if r.trials
                     else ("—",) * 5  # no trial of the point counted spikes
                 ),
+                *(_restart_cells(r) if restarts else ()),
             ]
         )
     return [
@@ -413,14 +495,46 @@ def _arm_blocks(rec: Comparison, target_text: str) -> list[Any]:
                 "loss spikes",
                 "grad-norm spikes",
                 "diverged",
+                *(("spike restarts", "steps redone (share of steps kept)") if restarts else ()),
             ],
             [[str(c) for c in row] for row in rows],
             f"Steps to the target{target_text}: the fewest of the tuned trials (at an "
             "evaluation) and the mean of the confirm seeds at the interpolated crossing (what "
             "the claims test). Spikes are counted over all trials of the point, tuned and "
-            "confirm (the rule: each study's own report).",
+            "confirm (the rule: each study's own report)."
+            + (
+                " Spike restarts (train.on_spike) and the steps they redid: compute spent, "
+                "not counted in steps to the target."
+                if restarts
+                else ""
+            ),
         ),
+        *_diverged_blocks(rec),
     ]
+
+
+def _restart_cells(r: ArmRow) -> tuple[str, str]:
+    """A row's restarts and redone steps ("—": its study ran no restart policy)."""
+    if r.restarts < 0:
+        return ("—", "—")
+    share = f" ({100 * r.steps_redone / r.steps_done:.1f}%)" if r.steps_done else ""
+    return (str(r.restarts), f"{r.steps_redone}{share}")
+
+
+def _diverged_blocks(rec: Comparison) -> list[Any]:
+    """The diverged fractions and their one-sided tests (nothing without tests)."""
+    from stepscale.analysis.report.blocks import para
+
+    if not rec.diverged_tests:
+        return []
+    level = rec.diverged_tests[0].level
+    out = [
+        para(
+            "Diverged trials, tuned and confirm: the first study against each other by a "
+            f'one-sided Fisher exact test of "fewer diverge", shown at p < {level:g}.'
+        )
+    ]
+    return out + [para(t.sentence(rec.batch_unit)) for t in rec.diverged_tests]
 
 
 def _target_text(analyses: Sequence[StudyAnalysis]) -> str:

@@ -223,6 +223,11 @@ class SpikeRow:
     diverged: int
     lr_spiking: float  # median LR of the trials with a loss or gradient-norm spike
     lr_quiet: float  # median LR of the others
+    # train.on_spike (None: no trial of the point ran a restart policy)
+    restarts: int | None = None  # restarts done by its trials
+    with_restarts: int | None = None  # trials that restarted
+    steps_redone: int | None = None  # steps those restarts abandoned
+    steps_done: int | None = None  # steps of the paths kept, for the share redone
 
 
 @dataclass(frozen=True)
@@ -232,6 +237,8 @@ class SpikeTable:
     rows: tuple[SpikeRow, ...]
     total_loss_spikes: int
     total_grad_norm_spikes: int
+    total_restarts: int | None = None  # None: no trial ran a restart policy
+    total_steps_redone: int | None = None
 
 
 def _per_point(ds: xr.Dataset, path: str) -> tuple[str | None, bool]:
@@ -255,6 +262,9 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
     b2c, b2_tuned = _per_point(ds, B2_PATH)
     points = ds["point"].values
     states = ds["state"].values
+    restarts = _counts(ds, "spike_restarts")
+    redone = _counts(ds, "steps_redone")
+    done = _counts(ds, "steps_done")
     rows = []
     for p in dict.fromkeys(points.tolist()):
         idx = np.flatnonzero((points == p) & np.isfinite(loss))
@@ -262,6 +272,7 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
             continue
         spiking = (loss[idx] > 0) | (np.nan_to_num(grad[idx]) > 0)
         lrs = lr[idx] if lr is not None else np.full(idx.size, math.nan)
+        policy = idx[np.isfinite(restarts[idx])]  # the trials that ran a restart policy
         rows.append(
             SpikeRow(
                 point=p,
@@ -274,13 +285,34 @@ def spike_table(ds: xr.Dataset) -> SpikeTable | None:
                 diverged=int((states[idx] == DIVERGED).sum()),
                 lr_spiking=_median(lrs[spiking]),
                 lr_quiet=_median(lrs[~spiking]),
+                **(
+                    {
+                        "restarts": int(restarts[policy].sum()),
+                        "with_restarts": int((restarts[policy] > 0).sum()),
+                        "steps_redone": int(np.nansum(redone[policy])),
+                        "steps_done": int(np.nansum(done[policy])),
+                    }
+                    if policy.size
+                    else {}
+                ),
             )
         )
+    any_policy = bool(np.isfinite(restarts).any())
     return SpikeTable(
         tuple(rows),
         int(np.nansum(loss)),
         int(np.nansum(grad)),
+        int(np.nansum(restarts)) if any_policy else None,
+        int(np.nansum(redone)) if any_policy else None,
     )
+
+
+def _counts(ds: xr.Dataset, name: str) -> np.ndarray:
+    """A per-trial count coordinate as floats (NaN where a trial lacks it, or all NaN when
+    no trial has it)."""
+    if name not in ds.coords:
+        return np.full(ds.sizes["trial"], math.nan)
+    return np.asarray(ds[name].values, dtype=float)
 
 
 def _value(v: object) -> str:

@@ -13,12 +13,14 @@ from stepscale.errors import UsageError
 from stepscale.files import read_json
 from stepscale.rundir import (
     COMPLETE,
+    EVENTS_JSONL,
     FAILED,
     JOB_JSON,
     ORCHESTRATOR_DIR,
     QUEUED,
     RUN_JSON,
     RUNNING,
+    SPIKE_RESTART,
     STATUS_JSON,
     STOPPED,
     STUDY_JSON,
@@ -45,6 +47,7 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     damaged: list[str] = []
     for p in study["points"]:
         row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
+        row |= {"restarts": [], "steps_redone": 0}
         row.update({s: 0 for s in (*KNOWN_STATES, DAMAGED)})
         for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
             trial = _record(trial_json)
@@ -55,6 +58,10 @@ def study_status(run_dir: Path) -> dict[str, Any]:
             row[state] += 1
             steps = _record(trial_json.parent / STATUS_JSON).get("steps_done")
             row["steps"] += steps if _count(steps) else 0
+            for restart in _restarts(trial_json.parent):
+                row["restarts"].append({"trial": trial_json.parent.name, **restart})
+                redone = restart.get("steps_redone")
+                row["steps_redone"] += redone if _count(redone) else 0
             value = trial.get("objective")
             if (
                 state == COMPLETE
@@ -122,6 +129,25 @@ def _record(path: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def _restarts(trial_dir: Path) -> list[dict[str, Any]]:
+    """The spike restarts (train.on_spike) in a trial's events.jsonl, read as they stand
+    (a running trial's too): spike step, step restarted from, batches skipped."""
+    try:
+        lines = (trial_dir / EVENTS_JSONL).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == SPIKE_RESTART:
+            keys = ("step", "from_step", "batches_skipped", "steps_redone", "trigger")
+            out.append({k: event.get(k) for k in keys})
+    return out
+
+
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -157,6 +183,18 @@ def print_status(run_dir: str, as_json: bool) -> int:
         print(
             f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
             f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
+        )
+    restarted = [r for r in status["points"] if r["restarts"]]
+    for r in restarted:
+        listed = ", ".join(
+            f"trial {e['trial']}: spike at step {e['step']} → back to {e['from_step']}, "
+            f"{e['batches_skipped']} batches skipped"
+            for e in r["restarts"][:5]
+        )
+        more = f" (+{len(r['restarts']) - 5} more)" if len(r["restarts"]) > 5 else ""
+        print(
+            f"  {r['point']}: {len(r['restarts'])} spike restart(s), {r['steps_redone']} "
+            f"steps redone (not in the steps column) — {listed}{more}"
         )
     stopped = sum(r[STOPPED] for r in status["points"])
     if stopped:

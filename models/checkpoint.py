@@ -95,6 +95,13 @@ def save(
     return final
 
 
+def delete_after(directory: Path, step: int) -> None:
+    """Delete the checkpoints of steps after ``step`` (a path a spike restart abandoned)."""
+    for later in list_steps(directory):
+        if later > step:
+            shutil.rmtree(directory / f"{_PREFIX}{later:09d}", ignore_errors=True)
+
+
 def list_steps(directory: Path) -> list[int]:
     """Steps of the complete checkpoints in ``directory``, oldest first."""
     if not directory.is_dir():

@@ -117,6 +117,24 @@ class ScheduleConfig:
 
 
 @dataclass
+class OnSpikeConfig:
+    """What the trainer does when the training loss spikes or stops being finite
+    (models/restarts.py): ``off``, or ``restart`` PaLM-style — go back to the newest
+    checkpoint at least ``rewind_steps`` (R) before the spike, skip the next
+    ``skip_batches`` (K) batches of the data stream from there, optionally scale the LR and
+    the clip for ``scaled_steps`` steps, and go on; after ``max_restarts`` (M) restarts the
+    next spike ends the trial as diverged."""
+
+    policy: str = "off"  # off | restart
+    rewind_steps: int = 20  # R
+    skip_batches: int = 20  # K
+    max_restarts: int = 3  # M
+    lr_scale: float = 1.0  # the LR × this for scaled_steps steps after a restart
+    clip_scale: float = 1.0  # optimizer.clip × this (clip > 0) for scaled_steps steps
+    scaled_steps: int = 0
+
+
+@dataclass
 class TrainConfig:
     """Horizon, cadences (all in optimizer steps), stopping rules and run mechanics."""
 
@@ -139,6 +157,7 @@ class TrainConfig:
     spike_window: int = 20
     spike_factor: float = 1.5
     grad_norm_spike_factor: float = 5.0
+    on_spike: OnSpikeConfig = field(default_factory=OnSpikeConfig)  # restart policy; off
     # Start from another run's checkpoint folder (…/checkpoints/step_<N>): its parameters,
     # optimizer state and step; this run's own batch, LR… from there (sweep branch)
     init_from: str | None = None

@@ -30,6 +30,7 @@ from stepscale.models.errors import ConfigError, ConfigWarning
 from stepscale.models.memory import check_fits
 from stepscale.models.optim import CLIPPED_OPTIMIZERS, OPTIMIZERS
 from stepscale.models.ramp import BatchSchedule, batch_schedule, lr_scale
+from stepscale.models.restarts import check as check_on_spike
 from stepscale.models.schedules import SCHEDULES
 from stepscale.models.sharding import MIN_SHARD_ELEMENTS, SHARDINGS, sharded_count
 
@@ -89,6 +90,7 @@ class RunPlan:
             "decay_steps": float(self.decay_steps),
             "final_lr_frac": s.final_lr_frac,
             "ema_decay": self.cfg.train.ema_decay,
+            "data_skip": 0.0,  # batches a spike restart skipped (models/restarts.py)
         }
 
 
@@ -128,6 +130,7 @@ def _check_train(cfg: TrainerConfig) -> int:
         value = getattr(t, name)
         if not math.isfinite(value) or value <= 1.0:
             raise ConfigError(f"train.{name}", f"must be a finite number > 1, got {value}")
+    check_on_spike(t)
     _check_init_from(t.init_from)
     for name, seed in (("train.seed", t.seed), ("data.seed", cfg.data.seed)):
         if not 0 <= seed < 2**32:

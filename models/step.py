@@ -122,7 +122,9 @@ def _train_step(
 ) -> tuple[dict[str, Any], dict[str, jax.Array]]:
     step = state["step"]
     if batch is None:
-        batch = spec.sample(arrays, jax.random.fold_in(key, step), spec.plan.global_batch)
+        # a spike restart's skipped batches shift the stream (models/restarts.py)
+        index = step + hp["data_skip"].astype(jnp.int32)
+        batch = spec.sample(arrays, jax.random.fold_in(key, index), spec.plan.global_batch)
         batch = jax.lax.with_sharding_constraint(batch, batch_sharding(spec.mesh))
     params = state["params"]
     grads, loss, small_sq = _gradients(spec, params, batch)

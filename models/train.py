@@ -28,13 +28,14 @@ import jax
 import numpy as np
 from flax import nnx
 
-from stepscale.events import drop_events, record_event
-from stepscale.models import checkpoint, distributed, nets
+from stepscale.events import drop_events, drop_restarts, record_event
+from stepscale.models import checkpoint, distributed, nets, restarts
 from stepscale.models.batching import AXIS, make_mesh, replicated
 from stepscale.models.config import TrainerConfig
 from stepscale.models.errors import ConfigError
 from stepscale.models.optim import make_optimizer
 from stepscale.models.plan import RunPlan, describe, prepare
+from stepscale.models.restarts import RESTART_EVENT, Restarts
 from stepscale.models.sharding import bytes_per_device, tree_shardings
 from stepscale.models.spikes import SpikeDetector
 from stepscale.models.step import (
@@ -90,6 +91,7 @@ class LoopState:
     spikes: dict[str, Any] = field(default_factory=dict)  # the detectors' windows
     loss_spike_steps: list[int] = field(default_factory=list)
     grad_norm_spike_steps: list[int] = field(default_factory=list)
+    restarts: dict[str, Any] = field(default_factory=dict)  # models/restarts.Restarts
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (for checkpoints)."""
@@ -181,6 +183,12 @@ class Trainer:
             for st in stages
         ]
         self.hp = self.stage_hp[-1]
+        self.policy = t.on_spike if restarts.enabled(t) else None
+        if self.policy is not None and run_dir is None:
+            raise ConfigError(
+                "train.on_spike.policy",
+                "restart goes back to the run's checkpoints: give the run a run_dir",
+            )
         self.detectors = {
             LOSS_SPIKE: SpikeDetector(t.spike_window, t.spike_factor),
             GRAD_NORM_SPIKE: SpikeDetector(t.spike_window, t.grad_norm_spike_factor),
@@ -251,21 +259,26 @@ class Trainer:
         params = state["ema"] if self.spec.ema else state["params"]
         return float(distributed.to_host(eval_fn(self.spec)(params, self.eval_batches)))
 
-    def _next_event(self, step: int) -> int:
+    def _next_event(self, step: int, scaled_until: int = 0) -> int:
         t = self.cfg.train
         cadences = [t.log_every, t.eval_every] + (
             [t.checkpoint_every] if t.checkpoint_every else []
         )
         nxt = min((step // c + 1) * c for c in cadences)
+        if step < scaled_until:
+            nxt = min(nxt, scaled_until)
         change = self.schedule.next_change(step) if self.ramp else None
         if change is not None:
             nxt = min(nxt, change)
         return min(nxt, self.plan.horizon)
 
-    def _host_batches(self, start: int, length: int, b: int, pad_to: int | None = None) -> Any:
+    def _host_batches(
+        self, start: int, length: int, b: int, pad_to: int | None = None, skip: int = 0
+    ) -> Any:
         """``[length, b, ...]`` batches spread over the devices; each device's rows are read
         by the process that holds the device, and only those (host-side sources). With
-        ``pad_to``, zeros fill the steps after ``length`` (a counted chunk skips them)."""
+        ``pad_to``, zeros fill the steps after ``length`` (a counted chunk skips them);
+        ``skip``: batches a spike restart skipped (step u trains on batch u + skip)."""
         src, seed = self.plan.source, self.cfg.train.seed
         rows_of_steps = length
         length = pad_to or length
@@ -275,7 +288,7 @@ class Trainer:
         def rows(lo: int, hi: int) -> Any:  # [length, hi - lo, ...] for one device
             if (lo, hi) not in local:
                 part = slice(lo, hi)
-                steps = range(start, start + rows_of_steps)
+                steps = range(start + skip, start + skip + rows_of_steps)
                 per_step = [src.host_batch(seed, s, b, rows=part) for s in steps]
                 per_step += [jax.tree.map(np.zeros_like, per_step[0])] * (length - len(per_step))
                 local[(lo, hi)] = jax.tree.map(lambda *xs: np.stack(xs), *per_step)
@@ -307,7 +320,7 @@ class Trainer:
                 loop.step,
                 host,
                 loop.to_json(),
-                self.cfg.train.keep_checkpoints,
+                restarts.checkpoints_to_keep(self.cfg.train),
                 layout=self.layout,
             )
         distributed.barrier(f"checkpoint {loop.step}")  # written before anyone goes on
@@ -343,8 +356,10 @@ class Trainer:
         self._load_detectors(loop)
         self.init_from = self.cfg.train.init_from
         if self.run_dir is not None and distributed.is_leader():
-            # spikes past the checkpoint are found again
+            # spikes past the checkpoint are found again, and restarts it does not count
+            # are done again
             drop_events(self.run_dir, (LOSS_SPIKE, GRAD_NORM_SPIKE), loop.step)
+            drop_restarts(self.run_dir, RESTART_EVENT, Restarts.of(loop.restarts).count)
         return state, loop
 
     def _start_from(self, state: dict[str, Any], path: str) -> tuple[dict[str, Any], LoopState]:
@@ -508,6 +523,8 @@ class Trainer:
                 rec = self._eval_record(loop, loss0)
                 rec.update(tokens=0, examples=0, wall_s=round(time.perf_counter() - clock0, 4))
                 ending = self._ending(loop, self._report(0, rec), evaluated=True)
+                if ending is None and self.policy is not None:
+                    self._save(state, loop, time.perf_counter() - clock0)  # a restart point
             while ending is None:
                 if distributed.any_process(interrupt.requested):
                     # Between chunks the state and the loop agree: keep them, and let the
@@ -531,18 +548,24 @@ class Trainer:
         """Run the compiled steps up to the next event and handle that event; returns the
         new state (the old one is donated) and the ending, if the run ends here."""
         start = loop.step
-        end = self._next_event(start)
+        done = Restarts.of(loop.restarts)
+        end = self._next_event(start, done.scaled_until)
         length = end - start
         i = self.schedule.stage_index(start) if self.ramp and self.schedule else -1
-        spec, hp = self.stage_specs[i], self.stage_hp[i]
+        spec, hp = self.stage_specs[i], self._hyperparams(i, start, done)
         b = spec.plan.global_batch
+        skip = done.skipped
         if self.chunk_len is None:
-            batches = self._host_batches(start, length, b) if self.host_data else None
+            batches = self._host_batches(start, length, b, skip=skip) if self.host_data else None
             fn = chunk_fn(spec, length, self.host_data)
             state, metrics = fn(state, hp, self.arrays, self.key, batches)
         else:
             width = self.chunk_len
-            batches = self._host_batches(start, length, b, pad_to=width) if self.host_data else None
+            batches = (
+                self._host_batches(start, length, b, pad_to=width, skip=skip)
+                if self.host_data
+                else None
+            )
             fn = chunk_fn(spec, width, self.host_data, counted=True)
             n = distributed.put(np.int32(length), self.repl)
             state, metrics = fn(state, hp, self.arrays, self.key, batches, n)
@@ -556,11 +579,23 @@ class Trainer:
             end = start + bad + 1
         for k, v in metrics.items():
             loop.pending.setdefault(k, []).extend(v.tolist())
-        self._find_spikes(loop, start, metrics)
+        spikes = self._find_spikes(loop, start, metrics)
         loop.step = end
         loop.examples = int(loop.examples or 0) + (end - start) * b
         now = time.perf_counter() - clock0
         last = {k: float(v[-1]) for k, v in metrics.items()}
+        if self.policy is not None and (spikes or bad is not None):
+            trigger = min([*spikes, *([end] if bad is not None else [])])
+            why = LOSS_SPIKE if spikes and trigger == spikes[0] else restarts.NON_FINITE
+            value = float(metrics["loss"][trigger - start - 1])
+            restored = self._restart(loop, state, trigger, why, value, now)
+            if restored is not None:
+                return restored, None
+            if bad is None:  # restarts used up: the spike ends the run
+                self._report(end, self._log_record(loop, last, now))
+                used = Restarts.of(loop.restarts).count
+                reason = f"loss spike at step {trigger} after {used} restarts"
+                return state, Ending("diverged", reason, trigger)
         if bad is not None:
             self._report(end, self._log_record(loop, last, now))
             return state, Ending("diverged", "training loss is not finite", end)
@@ -570,9 +605,13 @@ class Trainer:
             self.progress(loop.step, self.plan.horizon, info)
         return state, self._ending(loop, action, evaluated)
 
-    def _find_spikes(self, loop: LoopState, start: int, metrics: dict[str, np.ndarray]) -> None:
+    def _find_spikes(
+        self, loop: LoopState, start: int, metrics: dict[str, np.ndarray]
+    ) -> list[int]:
         """Loss and gradient-norm spikes among a chunk's steps (models/spikes.py): counted,
-        kept for the status and written to events.jsonl (process 0)."""
+        kept for the status and written to events.jsonl (process 0); returns the steps of
+        the loss spikes."""
+        before = len(loop.loss_spike_steps)
         found = {
             LOSS_SPIKE: (loop.loss_spike_steps, metrics["loss"]),
             GRAD_NORM_SPIKE: (loop.grad_norm_spike_steps, metrics["grad_norm"]),
@@ -584,6 +623,90 @@ class Trainer:
                 if self.run_dir is not None and distributed.is_leader():
                     record_event(self.run_dir, name, step, value=value, median=median)
             loop.spikes[name] = detector.to_json()
+        return loop.loss_spike_steps[before:]
+
+    def _hyperparams(self, stage: int, step: int, done: Restarts) -> Any:
+        """The runtime values of a chunk from ``step``: the stage's, with the batches the
+        restarts skipped and, inside a restart's scaled window, the LR and clip scaled."""
+        hp = self.stage_hp[stage]
+        scaled = step < done.scaled_until
+        if not done.skipped and not scaled:
+            return hp
+        host = {k: np.float32(v) for k, v in self.plan.hyperparams().items()}
+        host["lr_scale"] = np.float32(self.plan.stages[stage].lr_scale)
+        host["data_skip"] = np.float32(done.skipped)
+        if scaled and self.policy is not None:
+            host["lr_scale"] = np.float32(host["lr_scale"] * self.policy.lr_scale)
+            host["clip"] = np.float32(host["clip"] * self.policy.clip_scale)
+        return distributed.put(host, self.repl)
+
+    def _restart(
+        self,
+        loop: LoopState,
+        state: dict[str, Any],
+        spike: int,
+        why: str,
+        value: float,
+        now: float,
+    ) -> dict[str, Any] | None:
+        """Go back to the newest checkpoint at least R steps before the ``spike`` step and
+        skip K batches from there (models/restarts.py); returns the state restored, or None
+        when M restarts are used up or no checkpoint precedes the spike (the run then ends
+        as diverged)."""
+        assert self.policy is not None and self.ckpt_dir is not None
+        p = self.policy
+        done = Restarts.of(loop.restarts)
+        saved = distributed.broadcast_int(
+            restarts.restart_point(checkpoint.list_steps(self.ckpt_dir), spike, p.rewind_steps)
+            if distributed.is_leader()
+            else -1
+        )
+        if done.count >= p.max_restarts or saved < 0:
+            return None
+        state, host = checkpoint.restore(self.ckpt_dir, saved, state)
+        back = LoopState(**host)
+        redone = loop.step - saved
+        done.count += 1
+        done.skipped += p.skip_batches
+        done.scaled_until = saved + p.scaled_steps
+        done.steps_redone += redone
+        done.examples_redone += int(loop.examples or 0) - int(back.examples or 0)
+        entry = {
+            "restart": done.count,
+            "spike_step": spike,
+            "trigger": why,
+            "value": value if math.isfinite(value) else None,
+            "from_step": saved,
+            "batches_skipped": p.skip_batches,
+            "skipped_total": done.skipped,
+            "steps_redone": redone,
+        }
+        done.log.append(entry)
+        back.restarts = done.to_json()
+        back.last_log_wall = now
+        self._load_detectors(back)
+        if distributed.is_leader():
+            checkpoint.delete_after(self.ckpt_dir, saved)
+            if self.run_dir is not None:
+                drop_events(self.run_dir, (LOSS_SPIKE, GRAD_NORM_SPIKE), saved)
+                info = {k: v for k, v in entry.items() if k != "spike_step"}
+                record_event(self.run_dir, RESTART_EVENT, spike, **info)
+            log.warning(
+                "%s at step %d: restart %d of at most %d from the checkpoint of step %d, "
+                "skipping %d batches",
+                why.replace("_", " "),
+                spike,
+                done.count,
+                p.max_restarts,
+                saved,
+                p.skip_batches,
+            )
+        rewind = getattr(self.reporter, "rewind", None)
+        if rewind is not None:
+            rewind(saved)  # the records of the abandoned steps are produced again
+        self._save(state, back, now)  # the restart is kept: a resume from here is exact
+        loop.__dict__.update(back.__dict__)
+        return state
 
     def _events(
         self, state: dict[str, Any], loop: LoopState, last: dict[str, float], now: float
@@ -614,6 +737,9 @@ class Trainer:
     def _status(self, loop: LoopState, ending: Ending, now: float) -> dict[str, Any]:
         p = self.plan
         ending = self._worse_than_start(loop, ending)
+        done = Restarts.of(loop.restarts)
+        # compute spent: the steps of the path that ended here and those restarts abandoned
+        examples = int(loop.examples or 0) + done.examples_redone
         return {
             "state": ending.state,
             "reason": ending.reason,
@@ -632,9 +758,9 @@ class Trainer:
             ),
             "diverged_step": ending.diverged_step,
             "params": p.n_params,
-            "tokens_done": self._tokens(loop),
-            "examples_done": loop.examples,
-            "flops_done": (loop.examples or 0) * p.flops_per_step / p.examples_per_step,
+            "tokens_done": examples * p.info.tokens_per_example,
+            "examples_done": examples,
+            "flops_done": examples * p.flops_per_step / p.examples_per_step,
             "wall_s": round(now, 4),
             **{k: v for k, v in describe(p).items() if k != "horizon_steps"},
             "state_bytes_per_device": self.state_bytes,
@@ -644,6 +770,12 @@ class Trainer:
             "loss_spike_steps": loop.loss_spike_steps[:MAX_LISTED],
             "grad_norm_spike_steps": loop.grad_norm_spike_steps[:MAX_LISTED],
             **({"init_from": self.init_from} if self.init_from else {}),
+            # null without a restart policy (the analysis reads NaN: no policy ran)
+            **(
+                {**done.status(), "steps_spent": loop.step + done.steps_redone}
+                if self.policy is not None
+                else {"spike_restarts": None, "steps_redone": None}
+            ),
         }
 
     def _worse_than_start(self, loop: LoopState, ending: Ending) -> Ending:

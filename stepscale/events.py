@@ -55,6 +55,29 @@ def drop_events(folder: Path, names: tuple[str, ...], after_step: int) -> None:
             write_text_atomic(path, "".join(kept))
 
 
+def drop_restarts(folder: Path, name: str, kept: int) -> None:
+    """Remove the ``name`` events numbered (``restart``) past ``kept`` from
+    ``<folder>/events.jsonl``: a run resumed from a checkpoint that counts ``kept``
+    restarts does the later ones again."""
+    path = folder / EVENTS_JSONL
+    try:
+        lines = path.read_text().splitlines(keepends=True)
+    except OSError:
+        return
+    kept_lines = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            kept_lines.append(line)
+            continue
+        if not (record.get("event") == name and int(record.get("restart", 0)) > kept):
+            kept_lines.append(line)
+    if len(kept_lines) != len(lines):
+        with contextlib.suppress(OSError):
+            write_text_atomic(path, "".join(kept_lines))
+
+
 def _job_id() -> str | None:
     """This job's id as the orchestrator knows it: ``<array>_<index>`` for an array task."""
     env = os.environ

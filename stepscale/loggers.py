@@ -314,6 +314,10 @@ class MetricLoggers:
             for logger in self.loggers:
                 logger.log(step, values)
 
+    def rewind(self, step: int) -> None:
+        """Log the steps after ``step`` again (a spike restart redoes them)."""
+        self.last = min(self.last, step)
+
     def close(self) -> None:
         """Close every logger (idempotent)."""
         loggers, self.loggers = self.loggers, []
@@ -339,6 +343,14 @@ class LoggingReporter:
         """Begin ``inner``, then open the loggers at ``step``."""
         self.inner.begin(step)
         self.loggers.begin(step)
+
+    def rewind(self, step: int) -> None:
+        """Rewind ``inner`` (a spike restart went back to ``step``); the loggers log the
+        redone steps again."""
+        rewind = getattr(self.inner, "rewind", None)
+        if rewind is not None:
+            rewind(step)
+        self.loggers.rewind(step)
 
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Pass the record to ``inner`` and log it."""

@@ -72,6 +72,13 @@ class JsonlReporter:
         self._file = open(self.metrics_path, "a")  # noqa: SIM115  (kept open across reports)
         write_json_atomic(self.status_path, {"state": rundir.RUNNING, "steps_done": step})
 
+    def rewind(self, step: int) -> None:
+        """Forget the records after ``step`` (a spike restart went back to it)."""
+        if self._file is not None:
+            self._file.close()
+        truncate_jsonl(self.metrics_path, step)
+        self._file = open(self.metrics_path, "a")  # noqa: SIM115  (kept open across reports)
+
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Append one line; never asks to stop."""
         self._file.write(dumps({"step": step, **metrics}) + "\n")
@@ -95,6 +102,10 @@ class NullReporter:
 
     def begin(self, step: int) -> None:
         """Forget records after ``step``."""
+        self.records = [r for r in self.records if r["step"] <= step]
+
+    def rewind(self, step: int) -> None:
+        """Forget records after ``step`` (a spike restart went back to it)."""
         self.records = [r for r in self.records if r["step"] <= step]
 
     def report(self, step: int, metrics: dict[str, Any]) -> Action:

@@ -223,6 +223,12 @@ STATUS_KEYS = (
     "loss_spike_steps",  # the first step of each (the first 100)
     "grad_norm_spike_steps",
     "init_from",  # the checkpoint of another run this one started from (a branch)
+    # train.on_spike (models/restarts.py), under a restart policy only
+    "spike_restarts",  # restarts done (null: no restart policy)
+    "batches_skipped",  # batches of the data stream they skipped, in all
+    "steps_redone",  # steps trained on paths restarts abandoned (null: no policy)
+    "steps_spent",  # steps_done + steps_redone: the optimizer steps computed
+    "restarts",  # one record per restart (the first 100), as in events.jsonl
 )
 # Status fields the analysis always has as coordinates (NaN where a trial lacks them).
 STATUS_COORDS = (
@@ -237,6 +243,8 @@ STATUS_COORDS = (
     "wall_s",
     "loss_spikes",  # instability per trial (NaN for a trainer that does not count them)
     "grad_norm_spikes",
+    "spike_restarts",  # train.on_spike's restarts (NaN: no restart policy)
+    "steps_redone",  # the steps they abandoned: compute spent, not progress
 )
 
 # trial.json, written by the orchestrator.
@@ -288,10 +296,19 @@ EVENT_KEYS = (
     "checkpoint",
     "value",  # a spike's value
     "median",  # the median of the window it was compared with
+    # spike_restart (step: the spike's)
+    "restart",  # its number, from 1
+    "trigger",  # loss_spike | non_finite_loss
+    "from_step",  # the checkpoint it went back to
+    "batches_skipped",  # batches it skipped
+    "skipped_total",  # batches skipped by all restarts so far
+    "steps_redone",  # steps it abandoned (from_step to where the spike was found)
 )
 # Events the built-in trainer writes for instabilities (models/spikes.py).
 LOSS_SPIKE = "loss_spike"
 GRAD_NORM_SPIKE = "grad_norm_spike"
+# A restart of train.on_spike (models/restarts.py).
+SPIKE_RESTART = "spike_restart"
 
 # ---------------------------------------------------------------------- the crossing
 

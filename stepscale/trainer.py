@@ -67,6 +67,10 @@ class Reporter(Protocol):
         """Take one record and say whether training should go on."""
         ...
 
+    # Optional: ``rewind(step)``, forget the records after ``step`` (the built-in trainer's
+    # spike restart went back to it and produces them again); a reporter without it keeps
+    # them.
+
     def finish(self, status: dict[str, Any]) -> None:
         """Take the final status (state, steps_done, steps_to_target, …)."""
         ...

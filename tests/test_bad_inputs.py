@@ -407,6 +407,23 @@ CLASSES["meaning"] = {
         *SMOKE, "+nuisance.opt={path: optimizer.name, type: categorical, choices: []}",
         says="choices",
     ),
+    "train: a negative spike rewind": case(
+        *TRAIN, "train.on_spike.rewind_steps=-1", says="train.on_spike.rewind_steps"
+    ),
+    "run: negative batches to skip": case(
+        *SMOKE, "train.on_spike.skip_batches=-1", says="train.on_spike.skip_batches"
+    ),
+    "run: negative restarts": case(
+        *SMOKE, "train.on_spike.max_restarts=-1", says="train.on_spike.max_restarts"
+    ),
+    "run: a spike policy on a command trainer": case(
+        *SMOKE, "trainer={command:[python,x.py]}", "train.on_spike.policy=restart",
+        says="train.on_spike.policy",
+    ),
+    "run: a spike policy on a function trainer": case(
+        *SMOKE, "trainer={target:'json:loads'}", "train.on_spike.policy=restart",
+        says="train.on_spike.policy",
+    ),
     "run: negative pruner start-up trials": case(
         *SMOKE, "pruner.n_startup_trials=-1", says="pruner.n_startup_trials"
     ),

@@ -9,7 +9,7 @@ import math
 import xarray as xr
 
 from stepscale.analysis import branching
-from stepscale.analysis.course import Estimate, RampComparison, SpikeTable
+from stepscale.analysis.course import Estimate, RampComparison, SpikeRow, SpikeTable
 from stepscale.analysis.course import ramp_comparison as compare_ramps
 from stepscale.analysis.course import spike_table as count_spikes
 from stepscale.analysis.report.blocks import Block, heading, para, table
@@ -115,6 +115,7 @@ def spikes_section(ds: xr.Dataset) -> list[Block]:
             str(r.diverged),
             num(r.lr_spiking),
             num(r.lr_quiet),
+            *(_restart_cells(r) if rec.total_restarts is not None else []),
         ]
         for r in rec.rows
     ]
@@ -132,11 +133,14 @@ def spikes_section(ds: xr.Dataset) -> list[Block]:
                 "diverged",
                 "median LR, trials with spikes",
                 "median LR, without",
+                *(RESTART_COLUMNS if rec.total_restarts is not None else []),
             ],
             rows,
-            SPIKE_RULE,
+            SPIKE_RULE + (RESTART_RULE if rec.total_restarts is not None else ""),
         ),
     ]
+    if rec.total_restarts is not None:
+        out.append(para(_restart_cost(rec)))
     if rec.total_loss_spikes == 0:
         out.append(
             para(
@@ -150,6 +154,38 @@ def spikes_section(ds: xr.Dataset) -> list[Block]:
             )
         )
     return out
+
+
+RESTART_COLUMNS = ["trials that restarted", "restarts", "steps redone (share of steps kept)"]
+RESTART_RULE = (
+    " Under train.on_spike.policy=restart a loss spike (or a non-finite loss) sends the "
+    "trial back to its newest checkpoint at least train.on_spike.rewind_steps before the "
+    "spike, and the data stream skips train.on_spike.skip_batches batches from there "
+    "(docs/science.md); the steps it abandons are redone: compute spent, not progress. "
+    "Spikes counted are those of the path each trial kept; each restart's steps are in its "
+    "events.jsonl (sweep status lists them)."
+)
+
+
+def _restart_cells(r: SpikeRow) -> list[str]:
+    if r.restarts is None:
+        return ["—", "—", "—"]
+    share = f" ({100 * r.steps_redone / r.steps_done:.1f}%)" if r.steps_done else ""
+    return [str(r.with_restarts), str(r.restarts), f"{r.steps_redone}{share}"]
+
+
+def _restart_cost(rec: SpikeTable) -> str:
+    """What the restarts cost, in all."""
+    kept = sum(r.steps_done or 0 for r in rec.rows if r.restarts is not None)
+    redone = rec.total_steps_redone or 0
+    share = (
+        f" — {100 * redone / kept:.1f}% on top of the {integer(kept)} steps kept" if kept else ""
+    )
+    return (
+        f"Restarts: {rec.total_restarts} in all, which redid {integer(redone)} steps{share}. "
+        "Steps to the target are those of the path that reached it; the redone steps are in "
+        "each trial's steps_spent, examples_done and flops_done."
+    )
 
 
 def branch_section(a: StudyAnalysis, ds: xr.Dataset) -> list[Block]:

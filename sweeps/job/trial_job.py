@@ -70,6 +70,13 @@ class TrialReporter:
         self.heartbeat.step = step
         record_event(self.heartbeat.path.parent, "start" if step == 0 else "resume", step)
 
+    def rewind(self, step: int) -> None:
+        """A spike restart went back to ``step``: its records after it are dropped and
+        logged again (Optuna keeps the first value it got at a step)."""
+        self.files.rewind(step)
+        self.loggers.rewind(step)
+        self.heartbeat.step = step
+
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Write the record; at evaluations report to Optuna and ask the pruner."""
         self.files.report(step, metrics)

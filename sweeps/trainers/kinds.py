@@ -72,6 +72,8 @@ class TrainerKind:
     reports_status: ClassVar[bool] = False
     # `sweep branch` may start branches from its checkpoints (train.init_from).
     branches: ClassVar[bool] = False
+    # Restarts a trial from its own checkpoints on a loss spike (train.on_spike).
+    restarts_on_spike: ClassVar[bool] = False
 
     def __init__(self, spec: TrainerSpec) -> None:
         self.spec = spec
@@ -113,6 +115,17 @@ class TrainerKind:
     def check_here(self) -> None:
         """Nothing to check before the study runs beyond what `read_trainer` checked."""
 
+    def check_study(self, study: Any) -> None:
+        """A spike policy (``train.on_spike.policy``) on a trainer that cannot go back to
+        its own checkpoints → `UsageError` naming the key."""
+        policy = study.train.on_spike.policy
+        if policy != "off" and not self.restarts_on_spike:
+            raise UsageError(
+                f"train.on_spike.policy: {policy!r} restarts a trial from its own "
+                f"checkpoints, which a {self.spec.kind} trainer cannot be asked to do; "
+                "only the built-in trainer restarts on spikes (leave the policy off)"
+            )
+
     def prepare_orchestrator(self, study: Any) -> None:
         """Nothing to set up in the orchestrator's process."""
 
@@ -152,6 +165,7 @@ class BuiltinKind(TrainerKind):
     jax_devices = True
     reports_status = True
     branches = True
+    restarts_on_spike = True
     # Where the study's values go in its config (`complete_config`).
     KEYS: ClassVar[dict[str, str]] = {
         "max_steps": "train.max_steps",
@@ -247,6 +261,7 @@ def study_trainer(cfg: Any, config_dir: str | None) -> tuple[TrainerSpec, frozen
     trainer = read_trainer(cfg.trainer, search_folders(config_dir))
     kind = kind_of(trainer)
     kind.check_here()
+    kind.check_study(cfg)
     return trainer, kind.settable_paths()
 
 
