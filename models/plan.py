@@ -65,7 +65,8 @@ class RunPlan:
     static_key: str  # identifies the compiled programs (shapes and program choices only)
     schedule: BatchSchedule | None = None  # the batch of every step (data.rampup)
     stages: tuple[Stage, ...] = ()  # one per batch of the schedule, in step order
-    n_params_nonembedding: int | None = None  # N of the scaling laws (nets.count_nonembedding_params)
+    # N of the scaling laws (nets.count_nonembedding_params)
+    n_params_nonembedding: int | None = None
 
     def examples_before(self, step: int) -> int:
         """Examples consumed by the first ``step`` steps of this run's schedule."""

@@ -596,3 +596,36 @@ def holdout_check(
         extrapolated=ext,
         laws=laws,
     )
+
+
+def laws_from_dict(d: Mapping[str, Any]) -> LadderLaws:
+    """`LadderLaws` from its JSON dict (``to_dict()``: the report's ``fits.json`` →
+    ``ladder.laws``, or ``sweep predict --json`` → ``laws``); `ValueError` naming what is
+    missing or malformed."""
+    from stepscale.analysis.fits.powerlaw import power_law_from_dict
+
+    try:
+        laws = {str(k): power_law_from_dict(v) for k, v in dict(d["laws"]).items()}
+        unknown = sorted(set(laws) - set(LAWS))
+        if unknown:
+            raise ValueError(f"unknown law {unknown[0]!r}; the laws are {', '.join(LAWS)}")
+        n_range = (float(d["n_range"][0]), float(d["n_range"][1]))
+        d_range = (float(d["d_range"][0]), float(d["d_range"][1]))
+        out = LadderLaws(
+            laws=laws,
+            n_range=n_range,
+            d_range=d_range,
+            rungs=tuple((float(a), float(b)) for a, b in d.get("rungs", [])),
+            batch_unit=str(d.get("batch_unit", "sequences")),
+            tokens_per_example=float(d.get("tokens_per_example", 1.0)),
+            skipped=dict(d.get("skipped", {})),
+        )
+    except (KeyError, TypeError, IndexError) as exc:
+        raise ValueError(f"not a ladder's laws: {type(exc).__name__}: {exc}") from None
+    for law in out.laws.values():
+        for r in law.regressors:
+            if r not in AXES:
+                raise ValueError(f"law {law.name!r}: unknown axis {r!r}")
+    if not laws:
+        raise ValueError("the file holds no law")
+    return out

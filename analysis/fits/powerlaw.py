@@ -1,5 +1,6 @@
 """A power law y = c·Π x_i^a_i across the rungs of a ladder, fitted by least squares of
-log y on log x, with percentile bootstrap intervals of its exponents (cases resampled) and
+log y on log x, with bootstrap intervals of its exponents (cases resampled; widened to the t interval
+of the least-squares coefficient where that is wider) and
 prediction intervals that widen with the extrapolation.
 
 The prediction interval at x₀ is the classical one of ordinary least squares in log
@@ -45,7 +46,8 @@ class PowerLaw(Record):
     regressors: tuple[str, ...]
     coefficient: float
     exponents: Mapping[str, float]
-    ci: Mapping[str, tuple[float, float]]  # bootstrap percentile interval per exponent
+    # per exponent: the bootstrap percentile interval or the t interval, the wider
+    ci: Mapping[str, tuple[float, float]]
     se: Mapping[str, float]  # OLS standard error per exponent
     n: int
     dof: int
@@ -96,7 +98,9 @@ def fit_power_law(
     (regressor name → values). Every value must be positive and finite; a regressor that
     takes a single value, or fewer rows than coefficients, is a `ValueError` naming it.
     Exponent intervals: percentiles of a case bootstrap (``n_boot`` replicates from
-    ``seed``; a replicate in which a regressor takes a single value is dropped)."""
+    ``seed``; a replicate in which a regressor takes a single value is dropped), widened
+    to the OLS t interval where that is wider; NaN with ``n_boot`` 0 or no residual
+    degrees of freedom."""
     regs = tuple(xs)
     yv = np.asarray(y, dtype=float)
     cols = [np.asarray(xs[r], dtype=float) for r in regs]
@@ -121,6 +125,8 @@ def fit_power_law(
         raise ValueError(
             f"law {name!r} in {list(regs)}: {n} rungs are too few for {p} coefficients"
         )
+    from scipy import stats
+
     ly = np.log(yv)
     beta, *_ = np.linalg.lstsq(x, ly, rcond=None)
     resid = ly - x @ beta
@@ -138,7 +144,14 @@ def fit_power_law(
         ok = np.linalg.cond(xtx) < 1e10
         if ok.any():
             samples = np.linalg.solve(xtx[ok], xty[ok][..., None])[..., 0]
-    ci = {r: percentile_ci(samples[:, i + 1], confidence) for i, r in enumerate(regs)}
+    # The case bootstrap under-covers on a handful of rungs (a ladder has 4 to 12): the
+    # interval is the wider of its percentiles and the t interval of the OLS coefficient.
+    t = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.nan
+    ci = {}
+    for i, r in enumerate(regs):
+        lo, hi = percentile_ci(samples[:, i + 1], confidence)
+        b, half = float(beta[i + 1]), t * se[r]
+        ci[r] = (min(lo, b - half), max(hi, b + half)) if math.isfinite(lo) else (lo, hi)
     return PowerLaw(
         name=name,
         regressors=regs,
