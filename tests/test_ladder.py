@@ -125,7 +125,7 @@ def test_bcrit_depends_on_d_not_n_is_shown_on_a_known_table() -> None:
             (),
             (),
             b_crit=0.5 * d**0.45 * math.exp(rng.normal(0, 0.05)),
-        )  # fmt: skip
+        )
         for n, d in itertools.product(NS, DS)
     ]
     claim = bcrit_claim(fit_ladder_laws(optima, n_boot=300), level=0.01)
