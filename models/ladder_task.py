@@ -101,24 +101,23 @@ def loss_curve(
     ]
 
 
+# the law's own keys in a trainer config (every other key of LadderLaw may be given too)
+_RUN_KEYS = ("params", "horizon", "batch", "eta", "seq_len", "evals", "seed")
+
+
 def _settings(config: Mapping[str, Any]) -> tuple[LadderLaw, float, float, float, float, int, int]:
-    law = LadderLaw.of(config.get("law"))
-    n = float(config["model"]["params"])
-    d = float(config["train"]["tokens"])
-    b = float(config["data"]["batch"])
-    lr = float(config["optimizer"]["lr"])
-    seq_len = int(config["data"]["seq_len"])
-    evals = int(config["train"].get("evals", 20))
-    for key, v in (
-        ("model.params", n),
-        ("train.tokens", d),
-        ("data.batch", b),
-        ("optimizer.lr", lr),
-    ):
+    """The law and the run of a flat config: ``params`` (N), ``horizon`` (D, tokens),
+    ``batch`` (B, sequences), ``eta`` (η), ``seq_len``, ``evals`` (evaluations), ``seed``;
+    any other key is a field of `LadderLaw` (e.g. ``noise``)."""
+    law = LadderLaw.of({k: v for k, v in config.items() if k not in _RUN_KEYS})
+    n, d, b, lr = (float(config[k]) for k in ("params", "horizon", "batch", "eta"))
+    seq_len = int(config.get("seq_len", 64))
+    evals = int(config.get("evals", 20))
+    for key, v in (("params", n), ("horizon", d), ("batch", b), ("eta", lr)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{key} must be a positive number, got {v}")
     if seq_len < 1 or evals < 1:
-        raise ValueError("data.seq_len and train.evals must be ≥ 1")
+        raise ValueError("seq_len and evals must be ≥ 1")
     return law, n, d, b, lr, seq_len, evals
 
 
@@ -140,7 +139,7 @@ def train(config: Mapping[str, Any], reporter: Any, trial_dir: Any) -> dict[str,
     horizon = max(1, math.ceil(d / (b * seq_len)))
     every = max(1, horizon // evals)
     steps = sorted({0, *range(every, horizon, every), horizon})
-    rng = random.Random(int(config["train"].get("seed", 0)) * 1_000_003 + int(n) % 1_000_003)
+    rng = random.Random(int(config.get("seed", 0)) * 1_000_003 + int(n) % 1_000_003)
     losses = [
         v + rng.gauss(0.0, law.noise) if law.noise else v
         for v in loss_curve(law, n, d, b, lr, seq_len, steps)

@@ -244,12 +244,12 @@ def test_sweep_predict_refuses_a_single_rung(
 
 TINY = [
     "conf=ladder_synthetic",
-    "scientific.model.values=[100000,400000]",
-    "scientific.tokens.values=[2000000,8000000]",
-    "scientific.batch_size.values=[16,32,64,128]",
+    "scientific.params.values=[100000,400000]",
+    "scientific.horizon.values=[2000000,8000000]",
+    "scientific.batch.values=[16,32,64,128]",
     "budget.trials_per_point=4",
-    "nuisance.lr.low=0.003",
-    "nuisance.lr.high=0.2",
+    "nuisance.eta.low=0.003",
+    "nuisance.eta.high=0.2",
 ]
 
 
@@ -275,7 +275,7 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     assert pred.returncode == 0, pred.stderr
     assert pred.stdout.startswith("target: N = 1e+06")
     one = tmp_path / "one"
-    single = [*TINY, "scientific.model.values=[100000]", "scientific.tokens.values=[2000000]"]
+    single = [*TINY, "scientific.params.values=[100000]", "scientific.horizon.values=[2000000]"]
     assert run_sweep("run", *single, f"run_dir={one}", cwd=tmp_path).returncode == 0
     bad = run_sweep("predict", str(one), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path)
     assert bad.returncode == 2 and "2 or more rungs" in bad.stderr
