@@ -35,6 +35,7 @@ from stepscale.analysis.fits.spread import (
 )
 from stepscale.analysis.fits.steps import StepsToResult, steps_to_result
 from stepscale.analysis.fits.targets import BcritAtTargets, bcrit_at_targets
+from stepscale.analysis.ladder import LadderAnalysis, analyze_ladder, is_ladder
 from stepscale.analysis.load import FINAL_STATES
 from stepscale.analysis.study import FitSettings, GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import verdict
@@ -230,6 +231,20 @@ def _targets_note(auto: Sequence[float], dropped: Mapping[float, str]) -> str:
     return text
 
 
+def _ladder(ds: xr.Dataset, settings: FitSettings, notes: list[str]) -> LadderAnalysis | None:
+    """The ladder's laws and held-out check when the study is a ladder (else None); a
+    ladder without enough finished rungs gets a note instead."""
+    if not is_ladder(ds):
+        return None
+    try:
+        return analyze_ladder(
+            ds, n_boot=settings.n_boot, seed=settings.seed, confidence=settings.confidence
+        )
+    except ValueError as exc:
+        notes.append(f"ladder laws not computed: {exc}")
+        return None
+
+
 def analyze(
     ds: xr.Dataset, targets: Sequence[float] = (), settings: FitSettings | None = None
 ) -> StudyAnalysis:
@@ -356,6 +371,7 @@ def analyze(
                 unit="steps" if steps else "",
                 level=claim_level(ds.attrs),
             )
+    ladder = _ladder(ds, settings, notes)
     return StudyAnalysis(
         study=str(ds.attrs.get("study", "")),
         objective_kind=str(ds.attrs.get("objective_kind", "")),
@@ -378,4 +394,5 @@ def analyze(
         settings=settings,
         batch_unit=unit,
         learning=verdict(ds),
+        ladder=ladder,
     )

@@ -43,6 +43,7 @@ from stepscale.analysis.fits.spread import (
 )
 from stepscale.analysis.fits.steps import StepsFit, StepsToResult
 from stepscale.analysis.fits.targets import BcritAtTargets
+from stepscale.analysis.ladder import LadderAnalysis
 from stepscale.analysis.verdict import Verdict
 
 __all__ = ["FitSettings", "GroupFits", "StudyAnalysis"]
@@ -112,6 +113,8 @@ class StudyAnalysis(Record):
     settings: FitSettings
     batch_unit: str  # what batch sizes, B_crit, E_min and B_simple count
     learning: Verdict = field(default_factory=lambda: Verdict(()))  # has it trained?
+    # a ladder of studies (model size and/or horizon axes): laws and has it predicted?
+    ladder: LadderAnalysis | None = None
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -194,7 +197,7 @@ class StudyAnalysis(Record):
             "trained": self.learning,
             "notes": list(self.notes) + [n for g in self.groups for n in g.notes],
             "warnings": self.warnings,
-        }
+        } | ({"ladder": self.ladder} if self.ladder is not None else {})
 
     def _per_group(self, name: str) -> list[dict[str, Any]]:
         """Each group's record ``name`` (a field of `GroupFits`) with the group's name, for

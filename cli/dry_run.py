@@ -107,13 +107,18 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
         )
     existing = plan.get("existing", False)
     extra = f" {'done':>5s} {'resume':>6s} {'new':>4s}" if existing else ""
+    # N (the parameters outside the embeddings, else all) and D (tokens a trial trains)
+    # of every point: a ladder's two axes (analysis.ladder)
     print(
-        f"  {'point':32s} {'steps/trial':>11s} {'tokens/trial':>13s} {'budget steps':>12s}{extra}"
+        f"  {'point':32s} {'steps/trial':>11s} {'D tokens/trial':>14s} {'N params':>10s} "
+        f"{'budget steps':>12s}{extra}"
     )
     for p in plan["points"]:
         extra = f" {p['done']:5d} {p['unfinished']:6d} {p['new']:4d}" if existing else ""
+        n = p.get("params_nonembedding") or p.get("params")
         print(
-            f"  {p['point']:32s} {p['horizon_steps']:11d} {_count(p['horizon_tokens']):>13s} {p['budget_steps']:12d}{extra}"
+            f"  {p['point']:32s} {p['horizon_steps']:11d} {_count(p['horizon_tokens']):>14s} "
+            f"{_count(n):>10s} {p['budget_steps']:12d}{extra}"
         )
     tokens = plan["total_budget_tokens"]
     print(

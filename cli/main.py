@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from stepscale import __version__
-from stepscale.cli import arguments, branch, fit, formats, replay, report
+from stepscale.cli import arguments, branch, fit, formats, predict, replay, report
 from stepscale.cli.exit_codes import exit_code
 from stepscale.sweeps.run.signals import sigterm_interrupts
 from stepscale.sweeps.study.overrides import MULTIRUN_FLAGS, multirun_message
@@ -96,6 +96,12 @@ COMMANDS: tuple[Command, ...] = (
         "fit scaling laws to any table (CSV) and print JSON",
         fit.fit_arguments,
         "stepscale.cli.fit:command",
+    ),
+    Command(
+        "predict",
+        "a ladder's laws at a target run: η*, B_opt, B_crit, the settings (JSON with --json)",
+        predict.predict_arguments,
+        "stepscale.cli.predict:command",
     ),
 )
 

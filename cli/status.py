@@ -46,8 +46,16 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     points = []
     damaged: list[str] = []
     for p in study["points"]:
-        row: dict[str, Any] = {"point": p["label"], "budget": budget, "best": None, "steps": 0}
-        row |= {"restarts": [], "steps_redone": 0}
+        row: dict[str, Any] = {
+            "point": p["label"],
+            "budget": budget,
+            "best": None,
+            "steps": 0,
+            "n_params": None,  # N: the trainer's params_nonembedding, else params
+            "d_tokens": None,  # D: the tokens a trial trains (horizon × tokens per step)
+            "restarts": [],
+            "steps_redone": 0,
+        }
         row.update({s: 0 for s in (*KNOWN_STATES, DAMAGED)})
         for trial_json in sorted((run_dir / TRIALS_DIR / p["label"]).glob(f"*/{TRIAL_JSON}")):
             trial = _record(trial_json)
@@ -56,7 +64,9 @@ def study_status(run_dir: Path) -> dict[str, Any]:
                 damaged.append(str(trial_json))
                 state = DAMAGED
             row[state] += 1
-            steps = _record(trial_json.parent / STATUS_JSON).get("steps_done")
+            status = _record(trial_json.parent / STATUS_JSON)
+            steps = status.get("steps_done")
+            _sizes(row, status)
             row["steps"] += steps if _count(steps) else 0
             for restart in _restarts(trial_json.parent):
                 row["restarts"].append({"trial": trial_json.parent.name, **restart})
@@ -90,6 +100,16 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         "started": run.get("started"),
         "ended": run.get("ended"),
     }
+
+
+def _sizes(row: dict[str, Any], status: dict[str, Any]) -> None:
+    """Fill the point's N and D from a trial's status, when it says them."""
+    n = status.get("params_nonembedding", status.get("params"))
+    if row["n_params"] is None and _count(n):
+        row["n_params"] = n
+    horizon, per_step = status.get("horizon_steps"), status.get("tokens_per_step")
+    if row["d_tokens"] is None and _count(horizon) and _count(per_step):
+        row["d_tokens"] = horizon * per_step
 
 
 def _check_study_file(path: Path, study: Any) -> None:
@@ -175,14 +195,15 @@ def print_status(run_dir: str, as_json: bool) -> int:
     print(f"  orchestrators: {where or 'none running'}", end="")
     print(f"; detached job {job['job_id']}, log {job['log']}" if job else "")
     print(
-        f"  {'point':32s} {'done':>7s} {'running':>7s} {'pruned':>6s} {'diverged':>8s} {'failed':>6s} {'best':>10s} {'steps':>9s}"
+        f"  {'point':32s} {'done':>7s} {'running':>7s} {'pruned':>6s} {'diverged':>8s} {'failed':>6s} {'best':>10s} {'steps':>9s} {'N params':>10s} {'D tokens':>12s}"
     )
     for r in status["points"]:
         done = r["complete"] + r["pruned"] + r["diverged"] + r["failed"]
         best = "—" if r["best"] is None or not math.isfinite(r["best"]) else f"{r['best']:.6g}"
+        n, d = ("—" if v is None else str(v) for v in (r["n_params"], r["d_tokens"]))
         print(
             f"  {r['point']:32s} {done:>3d}/{r['budget']:<3d} {r['running']:7d} {r['pruned']:6d} "
-            f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d}"
+            f"{r['diverged']:8d} {r['failed']:6d} {best:>10s} {r['steps']:9d} {n:>10s} {d:>12s}"
         )
     restarted = [r for r in status["points"] if r["restarts"]]
     for r in restarted:

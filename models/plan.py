@@ -66,6 +66,8 @@ class RunPlan:
     static_key: str  # identifies the compiled programs (shapes and program choices only)
     schedule: BatchSchedule | None = None  # the batch of every step (data.rampup)
     stages: tuple[Stage, ...] = ()  # one per batch of the schedule, in step order
+    # N of the scaling laws (nets.count_nonembedding_params)
+    n_params_nonembedding: int | None = None
 
     def examples_before(self, step: int) -> int:
         """Examples consumed by the first ``step`` steps of this run's schedule."""
@@ -390,6 +392,7 @@ def prepare(cfg: TrainerConfig, *, check_memory: bool = True) -> RunPlan:
         static_key=_static_key(cfg, batch, info),
         schedule=schedule,
         stages=stages,
+        n_params_nonembedding=nets.count_nonembedding_params(cfg.model, info),
     )
 
 
@@ -436,6 +439,7 @@ def describe(plan: RunPlan) -> dict[str, Any]:
         "tokens_per_step": plan.tokens_per_step,
         "examples_per_step": plan.examples_per_step,
         "params": plan.n_params,
+        "params_nonembedding": plan.n_params_nonembedding,
         "flops_per_step": plan.flops_per_step,
         "loss_floor": plan.info.loss_floor,
         "baseline_loss": plan.info.baseline_loss,

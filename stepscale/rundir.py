@@ -106,14 +106,21 @@ def is_trial_dir(path: Path) -> bool:
 BATCH_PATH = "data.global_batch"
 
 # What a parameter measures, for the analysis (space.json's ``quantity``): the batch size,
-# the learning rate, the sequence length. The built-in trainer's keys measure these without
-# saying so; a user trainer's parameters say it.
+# the learning rate, the sequence length; and the two axes of a ladder of studies
+# (analysis.ladder): the model's size (its parameter count N is the trainer's ``params``,
+# recorded per trial) and the training horizon in tokens D. The built-in trainer's keys
+# measure these without saying so; a user trainer's parameters say it.
 BATCH_SIZE, LEARNING_RATE, SEQ_LEN = "batch_size", "learning_rate", "seq_len"
-QUANTITIES = (BATCH_SIZE, LEARNING_RATE, SEQ_LEN)
+MODEL_SIZE, HORIZON_TOKENS = "model_size", "horizon_tokens"
+QUANTITIES = (BATCH_SIZE, LEARNING_RATE, SEQ_LEN, MODEL_SIZE, HORIZON_TOKENS)
 BUILTIN_QUANTITIES = {
     BATCH_PATH: BATCH_SIZE,
     "optimizer.lr": LEARNING_RATE,
     "data.seq_len": SEQ_LEN,
+    "model.size": MODEL_SIZE,
+    "model.d_model": MODEL_SIZE,
+    "model.n_layers": MODEL_SIZE,
+    "train.max_tokens": HORIZON_TOKENS,
 }
 
 
@@ -193,6 +200,7 @@ STATUS_KEYS = (
     "final_eval_loss",
     "diverged_step",
     "params",
+    "params_nonembedding",  # N of the scaling laws: the parameters outside the embeddings
     "tokens_done",
     "examples_done",
     "flops_done",

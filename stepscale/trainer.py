@@ -88,6 +88,7 @@ PLAN_KEYS = (
     "tokens_per_step",
     "examples_per_step",
     "params",
+    "params_nonembedding",  # N of a ladder's laws (analysis.ladder); else params is used
     "flops_per_step",
     "loss_floor",
     "baseline_loss",  # the trivial baseline's eval loss (the "has it trained?" verdict)

@@ -134,9 +134,11 @@ def rich_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @functools.cache
 def _doc(overrides: tuple[str, ...], config_dir: str | None) -> str:
+    from stepscale.sweeps.trainers.kinds import study_trainer
+
     _, cfg, _ = prepare_study(list(overrides), config_dir)
     _check_study(cfg)
-    build_space(cfg)
+    build_space(cfg, study_trainer(cfg, config_dir)[1])  # a function trainer's own keys
     return dumps_stable(space_document(cfg))
 
 

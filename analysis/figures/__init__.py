@@ -13,7 +13,7 @@ from typing import Any
 
 import xarray as xr
 
-from stepscale.analysis.figures import ablation, course, curves, lr, replay, steps, style
+from stepscale.analysis.figures import ablation, course, curves, ladder, lr, replay, steps, style
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["FIGURES", "build", "draw", "render"]
@@ -93,6 +93,12 @@ FIGURES = {
         lr.draw_lr_law,
         "Optimal learning rate vs batch size with η*(B) = c·B^α (solid over the batch sizes "
         "it was fitted on, below B_crit) and the linear and square-root rules.",
+    ),
+    "ladder_laws": (
+        ladder.ladder_laws,
+        ladder.draw_ladder_laws,
+        "Ladder: η* vs N at each horizon D and B_opt vs D at each N; points are the rungs' "
+        "measured optima, lines the power laws fitted on every rung.",
     ),
     "best_so_far": (
         ablation.best_so_far_figure,

@@ -26,6 +26,7 @@ from stepscale.analysis.report.blocks import (
     toc,
 )
 from stepscale.analysis.report.course import course_sections
+from stepscale.analysis.report.ladder import ladder_line, ladder_section
 from stepscale.analysis.report.learning import learning_section
 from stepscale.analysis.report.sections import (
     ablation_section,
@@ -154,6 +155,11 @@ def fold_tables(blocks: Sequence[Block], keep: int = 0) -> list[Block]:
 def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
     """The answer (analysis.headline), the η*(B) law when there is one, and the basis."""
     lines = headline(a).lines()
+    predicted = ladder_line(a)  # has it predicted? beside has it trained?
+    if predicted is not None:
+        trained = a.learning.line() if a.learning.points else None
+        at = lines.index(trained) + 1 if trained in lines else 0
+        lines.insert(at, predicted)
     for g in a.groups:
         if g.lr_law is not None and g.optimal_lr is not None:
             lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
@@ -204,6 +210,7 @@ def document(
     blocks += [heading("Points"), points_table(a)]
     blocks += fold_tables(learning_section(a))
     blocks += fold_tables(fit_section(a), keep=1)
+    blocks += fold_tables(ladder_section(a), keep=2)
     blocks += fold_tables(health)
     if set(pngs) - {first}:
         blocks.append(heading("Figures"))

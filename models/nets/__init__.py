@@ -36,6 +36,7 @@ __all__ = [
     "PRESETS",
     "ResolvedModel",
     "build_model",
+    "count_nonembedding_params",
     "count_params",
     "flops_per_example",
     "nqm_curvature",
@@ -64,6 +65,17 @@ def count_params(cfg: ModelConfig, info: DataInfo) -> int:
     if spec.name == "mlp":
         return mlp_param_count(spec)
     return spec.dim
+
+
+def count_nonembedding_params(cfg: ModelConfig, info: DataInfo) -> int:
+    """The parameters outside the embeddings (Kaplan et al. 2020's N, the N of a ladder's
+    laws): a GPT's blocks and final norm, without the token and position tables and an
+    untied head; an MLP's or NQM's every parameter."""
+    spec = resolve(cfg, info)
+    if spec.name == "gpt":
+        counts = gpt_param_counts(spec)
+        return counts["blocks"] + counts["final_norm"]
+    return count_params(cfg, info)
 
 
 def flops_per_example(cfg: ModelConfig, info: DataInfo) -> float:

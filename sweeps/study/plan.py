@@ -162,6 +162,8 @@ def plan_summary(
             "budget_steps": steps * trials,
             "budget_tokens": _times(steps * trials, s["tokens_per_step"]),
             "params": s["params"],
+            # N of a ladder's laws: the parameters outside the embeddings (else params)
+            "params_nonembedding": s.get("params_nonembedding"),
             "loss_floor": s["loss_floor"],
         })  # fmt: skip
     return {

@@ -1,0 +1,281 @@
+"""A ladder of studies: the power-law fit and its prediction intervals, the rungs' optima
+and laws on synthetic ladders with known answers (stepscale.models.ladder_task), the
+held-out check, the "B_crit depends on D, not N" claim, `sweep predict` (a table with
+known laws reproduced, laws JSON round trip, every bad input exits 2), and one tiny
+ladder study end to end (slow)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stepscale.analysis.fits.ladder import (
+    LadderTrials,
+    RungOptimum,
+    bcrit_claim,
+    fit_ladder_laws,
+    holdout_check,
+    laws_from_dict,
+    rung_optima,
+)
+from stepscale.analysis.fits.powerlaw import fit_power_law
+from stepscale.analysis.ladder_predict import predict_target, trainer_settings
+from stepscale.cli.main import main
+from stepscale.models.ladder_task import LadderLaw, final_loss
+from tests.helpers import run_sweep
+
+LAW = LadderLaw()
+NS = (1e5, 4e5, 1.6e6)
+DS = (2e6, 8e6, 3.2e7)
+BATCHES = tuple(2.0**k for k in range(3, 11))  # 8 … 1024 sequences
+LR_FACTORS = np.exp(np.linspace(-1.2, 1.2, 7))  # around each rung's η*
+
+
+def synthetic_trials(noise: float = 0.002, seed: int = 0) -> LadderTrials:
+    """Every (N, D, B, η) of a grid, the final loss by the set formula plus noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n, d in itertools.product(NS, DS):
+        for b in BATCHES:
+            for f in LR_FACTORS:
+                lr = LAW.lr_opt(n, d) * f
+                rows.append((n, d, b, lr, final_loss(LAW, n, d, b, lr) + rng.normal(0, noise)))
+    return LadderTrials.of(*np.array(rows).T)
+
+
+@pytest.fixture(scope="module")
+def trials() -> LadderTrials:
+    return synthetic_trials()
+
+
+def test_power_law_recovers_exponents_and_widens_with_extrapolation() -> None:
+    rng = np.random.default_rng(1)
+    x = np.exp(rng.uniform(0, 4, 40))
+    z = np.exp(rng.uniform(0, 4, 40))
+    y = 2.0 * x**0.5 * z**-0.3 * np.exp(rng.normal(0, 0.05, 40))
+    law = fit_power_law("h", y, {"x": x, "z": z}, n_boot=500, confidence=0.99)
+    for name, true in (("x", 0.5), ("z", -0.3)):
+        lo, hi = law.ci[name]
+        assert lo <= true <= hi and hi - lo < 0.15
+    inside, far = law.predict(x=10, z=10), law.predict(x=5e3, z=5e3)
+    assert far.hi / far.lo > inside.hi / inside.lo  # wider past the data
+    assert far.contains(2.0 * 5e3**0.5 * 5e3**-0.3)
+    assert law.exponent_p_greater("x") < 1e-6 and law.exponent_p_greater("z") > 0.99
+    with pytest.raises(ValueError, match="did not vary it"):
+        fit_power_law("h", y, {"x": x, "z": np.ones(40)})
+
+
+def test_synthetic_ladder_recovers_its_set_exponents(trials: LadderTrials) -> None:
+    optima = rung_optima(trials)
+    assert len(optima) == 9
+    for o in optima:  # every rung's optimum is the formula's
+        assert o.lr_opt == pytest.approx(LAW.lr_opt(o.n, o.d), rel=0.05)
+        assert o.b_opt == pytest.approx(LAW.batch_opt(o.d), rel=0.15)
+    laws = fit_ladder_laws(optima, n_boot=500)
+    lr, batch = laws.laws["lr"], laws.laws["batch"]
+    for law, name, true in (
+        (lr, "N", LAW.lr_n),
+        (lr, "D", LAW.lr_d),
+        (batch, "D", LAW.batch_d),
+        (batch, "N", 0.0),  # B_opt does not depend on N
+    ):
+        lo, hi = law.ci[name]
+        assert lo <= true <= hi, (law.name, name, true, law.ci[name])
+    assert lr.coefficient == pytest.approx(LAW.lr_coef, rel=0.3)
+
+
+def test_holdout_predicts_the_largest_rung(trials: LadderTrials) -> None:
+    check = holdout_check(trials, n_boot=200)
+    assert (check.held_n, check.held_d) == (NS[-1], DS[-1])
+    assert check.fitted_rungs == 8
+    assert check.verdict == "predicted", check.sentence()
+    assert 1 / 1.5 <= check.lr_ratio <= 1.5
+    assert check.regret < 0.01 < check.regret_smallest
+    assert "Has it predicted? Yes" in check.sentence()
+
+
+def test_holdout_says_no_when_the_held_rung_breaks_the_law(trials: LadderTrials) -> None:
+    # the largest rung's η* moved 4× (a change of regime): the check must say so
+    big = (trials.n == NS[-1]) & (trials.d == DS[-1])
+    moved = np.where(big, trials.lr * 4.0, trials.lr)
+    check = holdout_check(replace(trials, lr=moved), n_boot=200)
+    assert check.verdict == "not predicted"
+    assert any("η* off by a factor" in r for r in check.reasons)
+
+
+def test_bcrit_depends_on_d_not_n_is_shown_on_a_known_table() -> None:
+    rng = np.random.default_rng(2)
+    optima = [
+        RungOptimum(
+            n,
+            d,
+            50.0,
+            0.01,
+            2.0,
+            False,
+            False,
+            10,
+            (),
+            (),
+            b_crit=0.5 * d**0.45 * math.exp(rng.normal(0, 0.05)),
+        )
+        for n, d in itertools.product(NS, DS)
+    ]
+    claim = bcrit_claim(fit_ladder_laws(optima, n_boot=300), level=0.01)
+    assert claim is not None and claim.shown, claim.sentence
+    assert claim.ci_d[0] <= 0.45 <= claim.ci_d[1] and claim.ci_n[0] <= 0 <= claim.ci_n[1]
+    # B_crit growing with N as fast as with D: not shown
+    grown = [replace(o, b_crit=o.b_crit * (o.n / 1e5) ** 0.45) for o in optima]
+    assert not bcrit_claim(fit_ladder_laws(grown, n_boot=0)).shown
+
+
+def test_predict_target_reproduces_the_laws_and_lays_out_the_batch(
+    trials: LadderTrials,
+) -> None:
+    laws = fit_ladder_laws(rung_optima(trials), tokens_per_example=64, n_boot=0)
+    p = predict_target(laws, 1e7, 1e9, devices=8, max_per_device=16)
+    assert p.predictions["lr"].value == pytest.approx(LAW.lr_opt(1e7, 1e9), rel=0.1)
+    assert p.predictions["batch"].contains(LAW.batch_opt(1e9))  # 31× past the ladder in D
+    assert p.predictions["lr"].contains(LAW.lr_opt(1e7, 1e9))
+    assert p.predictions["lr"].hi > p.predictions["lr"].lo  # an interval, wider far out
+    s = p.settings
+    assert s is not None and s.global_batch == s.per_device_batch * s.devices * s.accum_steps
+    assert s.per_device_batch <= 16 and s.global_batch % 8 == 0
+    assert s.steps == math.ceil(1e9 / (s.global_batch * 64))
+    assert p.extrapolation_d == pytest.approx(1e9 / DS[-1]) and not p.warnings
+    far = predict_target(laws, 1e7, 1e10)  # 312× past the largest rung in D
+    assert len(far.warnings) == 1 and "312× past the largest rung in D" in far.warnings[0]
+    assert far.predictions["lr"].hi / far.predictions["lr"].lo > (
+        p.predictions["lr"].hi / p.predictions["lr"].lo
+    )
+    with pytest.raises(ValueError, match="divisible by 4096 devices"):
+        trainer_settings(0.01, 40.0, 1e9, 4096, 64, "sequences")
+    again = laws_from_dict(json.loads(json.dumps(laws.to_dict())))
+    q = predict_target(again, 1e7, 1e9)
+    assert q.predictions["lr"].value == pytest.approx(p.predictions["lr"].value)
+    assert q.predictions["lr"].hi == pytest.approx(p.predictions["lr"].hi)
+
+
+# ------------------------------------------------------------------- sweep predict
+
+
+def _write_csv(path: Path, t: LadderTrials) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["N", "D", "batch", "lr", "loss"])
+        w.writerows(zip(t.n, t.d, t.b, t.lr, t.loss, strict=True))
+    return path
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory: pytest.TempPathFactory, trials: LadderTrials) -> Path:
+    return _write_csv(tmp_path_factory.mktemp("ladder") / "ladder.csv", trials)
+
+
+def test_sweep_predict_on_a_table_with_known_laws(
+    table: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["predict", "--csv", str(table), "--n", "1e7", "--d", "1e9", "--devices", "4"]
+    assert main([*argv, "--json", "--n-boot", "200", "--tokens-per-example", "64"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lr = out["laws"]["laws"]["lr"]
+    assert lr["exponents"]["N"] == pytest.approx(LAW.lr_n, abs=0.02)
+    assert lr["exponents"]["D"] == pytest.approx(LAW.lr_d, abs=0.02)
+    assert out["laws"]["laws"]["batch"]["exponents"]["D"] == pytest.approx(LAW.batch_d, abs=0.05)
+    assert out["settings"]["global_batch"] % 4 == 0
+    laws_file = tmp_path / "laws.json"
+    laws_file.write_text(json.dumps(out))
+    assert main(["predict", str(laws_file), "--n", "1e7", "--d", "1e9", "--devices", "4"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("target: N = 1e+07") and "learning rate" in text.splitlines()[1]
+    assert f"{out['settings']['learning_rate']:.4g}" in text
+
+
+BAD = {
+    "negative N": (["--n", "-1", "--d", "1e9", "--devices", "4"], "--n must be a positive"),
+    "NaN N": (["--n", "nan", "--d", "1e9", "--devices", "4"], "--n must be a positive"),
+    "zero D": (["--n", "1e7", "--d", "0", "--devices", "4"], "--d must be a positive"),
+    "infinite D": (["--n", "1e7", "--d", "inf", "--devices", "4"], "--d must be a positive"),
+    "no devices": (["--n", "1e7", "--d", "1e9", "--devices", "0"], "--devices must be"),
+    "devices dividing no batch near B_opt": (
+        ["--n", "1e7", "--d", "1e9", "--devices", "100000"],
+        "divisible by 100000 devices",
+    ),
+    "a law in an axis not varied": (
+        ["--n", "1e7", "--d", "1e9", "--devices", "4", "--law", "batch:N"],
+        "did not vary N",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_sweep_predict_refuses_bad_input(
+    case: str, tmp_path: Path, trials: LadderTrials, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, says = BAD[case]
+    t = trials
+    if case == "a law in an axis not varied":  # a ladder in D only
+        keep = t.n == NS[0]
+        t = LadderTrials.of(t.n[keep], t.d[keep], t.b[keep], t.lr[keep], t.loss[keep])
+    path = _write_csv(tmp_path / "t.csv", t)
+    assert main(["predict", "--csv", str(path), *argv]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_sweep_predict_refuses_a_single_rung(
+    tmp_path: Path, trials: LadderTrials, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keep = (trials.n == NS[0]) & (trials.d == DS[0])
+    t = LadderTrials.of(*(v[keep] for v in (trials.n, trials.d, trials.b, trials.lr, trials.loss)))
+    path = _write_csv(tmp_path / "one.csv", t)
+    argv = ["predict", "--csv", str(path), "--n", "1e7", "--d", "1e9", "--devices", "4"]
+    assert main(argv) == 2
+    assert "2 or more rungs" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ end to end (slow)
+
+TINY = [
+    "conf=ladder_synthetic",
+    "scientific.params.values=[100000,400000]",
+    "scientific.horizon.values=[2000000,8000000]",
+    "scientific.batch.values=[16,32,64,128]",
+    "budget.trials_per_point=4",
+    "nuisance.eta.low=0.003",
+    "nuisance.eta.high=0.2",
+]
+
+
+@pytest.mark.slow
+def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
+    run = tmp_path / "ladder"
+    dry = run_sweep("run", *TINY, f"run_dir={run}", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "N params" in dry.stdout and "400000" in dry.stdout  # N and D of every point
+    done = run_sweep("run", *TINY, f"run_dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    status = run_sweep("status", str(run), cwd=tmp_path)
+    assert "N params" in status.stdout and "8000000" in status.stdout.replace(",", "")
+    rep = run_sweep("report", str(run), cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    fits = json.loads((run / "report" / "fits.json").read_text())
+    ladder = fits["ladder"]
+    assert len(ladder["rungs"]) == 4 and ladder["holdout"]["verdict"] == "predicted"
+    assert "Has it predicted? Yes" in (run / "report" / "report.md").read_text()
+    pred = run_sweep(
+        "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
+    )
+    assert pred.returncode == 0, pred.stderr
+    assert pred.stdout.startswith("target: N = 1e+06")
+    one = tmp_path / "one"
+    single = [*TINY, "scientific.params.values=[100000]", "scientific.horizon.values=[2000000]"]
+    assert run_sweep("run", *single, f"run_dir={one}", cwd=tmp_path).returncode == 0
+    bad = run_sweep("predict", str(one), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path)
+    assert bad.returncode == 2 and "2 or more rungs" in bad.stderr
