@@ -259,6 +259,10 @@ EVENT_KEYS = (
     "checkpoint",
     "value",  # a spike's value
     "median",  # the median of the window it was compared with
+    "processes",  # leftovers_killed: how many processes outlived the trial's program
+    "commands",  # leftovers_killed: the first few of their command lines (redacted)
+    "by",  # leftovers_killed: "job", or "launcher" when the job itself had been killed
+    "silent_s",  # inactive: how long the program had given no record
 )
 # Events the built-in trainer writes for instabilities (models/spikes.py).
 LOSS_SPIKE = "loss_spike"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from stepscale.errors import UsageError
+from stepscale.sweeps.trainers.patterns import PatternError, compile_pattern
 
 JSONL = "jsonl"  # the default source: the script appends stepscale's records itself
 STREAMS = ("stdout", "stderr")  # sources the job reads from the program's pipes
@@ -197,7 +198,7 @@ class RegexLines(LineFormat):
 
     def __init__(self, spec: MetricsSpec) -> None:
         super().__init__(spec)
-        self.compiled = [re.compile(p) for p in spec.patterns]
+        self.compiled = [compile_pattern(p) for p in spec.patterns]
 
     @classmethod
     def check(cls, spec: MetricsSpec) -> None:
@@ -209,8 +210,8 @@ class RegexLines(LineFormat):
         groups: set[str] = set()
         for p in spec.patterns:
             try:
-                compiled = re.compile(p)
-            except re.error as exc:
+                compiled = compile_pattern(p)
+            except PatternError as exc:
                 raise UsageError(
                     f"trainer.metrics.pattern: {p!r} does not compile: {exc}"
                 ) from None

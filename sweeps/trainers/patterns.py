@@ -1,0 +1,98 @@
+"""A user's regular expressions, run so that none can hang a trial (docs/trainers.md, "When a
+script misbehaves").
+
+Every pattern a user writes (``trainer.metrics.pattern``) is compiled here, once:
+
+- with RE2 (the ``google-re2`` package), a linear-time engine, whenever the pattern is in
+  its syntax — most are: named groups, classes, repetition. Its time per line grows with
+  the line's length, never exponentially, whatever the pattern;
+- else (a backreference, a lookaround: what RE2 refuses) with the ``regex`` package, whose
+  matcher stops after `LINE_TIMEOUT_S` on one line: the search then raises `PatternTimeout`,
+  naming the pattern and the line, and the trial's attempt fails with that message.
+
+RE2's ``\\d``, ``\\w`` and ``\\s`` are ASCII classes (Python's are Unicode): the numbers a
+training script prints are ASCII.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import re2
+import regex
+
+LINE_TIMEOUT_S = 1.0  # the longest one line may take a pattern RE2 cannot run
+RE2, BACKTRACKING = "re2", "regex"  # the engines, as `BoundedPattern.engine` names them
+
+
+class PatternTimeout(Exception):
+    """A pattern took longer than `LINE_TIMEOUT_S` on one line (catastrophic backtracking)."""
+
+    def __init__(self, pattern: str, line: str, limit_s: float = LINE_TIMEOUT_S) -> None:
+        self.pattern = pattern
+        self.line = line
+        super().__init__(
+            f"trainer.metrics.pattern {pattern!r} took more than {limit_s:g} s on one line of "
+            f"{len(line)} characters and was stopped (catastrophic backtracking: nested "
+            f"repetition or a backreference on a long line): {line[:200]!r}"
+            f"{' …' if len(line) > 200 else ''}. Rewrite it in RE2's syntax (no "
+            "backreferences or lookarounds), which runs in linear time"
+        )
+
+
+class PatternError(ValueError):
+    """A pattern that does not compile (the message says why, as Python's `re` does)."""
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print every pattern it refuses on stderr
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+class BoundedPattern:
+    """A compiled pattern whose `search` cannot hang: ``pattern``, ``engine`` (`RE2` or
+    `BACKTRACKING`), ``groupindex`` (group name → number) and `search`."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        try:
+            re.compile(pattern)  # Python's syntax is the documented one: its errors are
+        except re.error as exc:  # the ones a user is shown
+            raise PatternError(str(exc)) from None
+        try:
+            self._compiled: Any = re2.compile(pattern, _OPTIONS)
+            self.engine = RE2
+        except re2.error:
+            try:
+                self._compiled = regex.compile(pattern)
+            except regex.error as exc:
+                raise PatternError(str(exc)) from None
+            self.engine = BACKTRACKING
+        self.groupindex: dict[str, int] = dict(self._compiled.groupindex)
+
+    def search(self, line: str) -> Any:
+        """The first match in ``line`` (an object with ``groupdict()``), or None;
+        `PatternTimeout` when a backtracking pattern takes too long on it."""
+        if self.engine == RE2:
+            return self._compiled.search(line)
+        try:
+            return self._compiled.search(line, timeout=LINE_TIMEOUT_S)
+        except TimeoutError:
+            raise PatternTimeout(self.pattern, line) from None
+
+    def __repr__(self) -> str:
+        return f"BoundedPattern({self.pattern!r}, engine={self.engine})"
+
+
+def compile_pattern(pattern: str) -> BoundedPattern:
+    """``pattern`` compiled with a bound on its time per line (the module docstring);
+    `PatternError` when it does not compile."""
+    return BoundedPattern(pattern)
+
+
+__all__ = ["LINE_TIMEOUT_S", "BoundedPattern", "PatternError", "PatternTimeout", "compile_pattern"]

@@ -1,0 +1,298 @@
+"""A training script that misbehaves cannot hang the study, leave processes behind, eat the
+job's memory or leak a secret (docs/trainers.md, "When a script misbehaves").
+
+The fast tests run one attempt of a trial through the job's own code (`run_trial`), in a
+process of its own whose stdout/stderr are log files as in a real job, on tiny stdlib
+scripts: a catastrophic pattern on a long line, a silent script, a forking script, an
+endless or blocking metrics source, a script that moves away from its trial folder, one
+that prints a password and dies with a traceback. The slow ones run whole studies through
+`sweep run` and stop the orchestrator with `sweep stop`, SIGTERM and Ctrl-C; the cluster
+ones do the same on the SLURM and Ray test clusters. After each, no process started for
+the study is alive (every script carries a unique marker in its command line)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import read_jsonl
+
+from stepscale import rundir
+
+SWEEP = str(Path(sys.executable).with_name("sweep"))
+
+# One attempt of a trial, run as a job runs it; argv: trial folder, trainer (JSON),
+# settings (JSON), result file. Its stdout/stderr are the caller's log files.
+DRIVER = """import json, os, sys
+from pathlib import Path
+from stepscale.sweeps.job.spec import TrialSpec
+from stepscale.sweeps.job.trial_job import run_trial
+from stepscale.sweeps.study.storage import StorageSpec
+from stepscale.sweeps.trainers.spec import read_trainer
+folder = Path(sys.argv[1])
+trainer = read_trainer(json.loads(sys.argv[2]), [folder.parent])
+spec = TrialSpec(
+    trial="p/0", study_name="s/p", trial_id=0, number=0, trial_dir=str(folder), config={},
+    storage=StorageSpec("journal", str(folder / "unused.journal")), trainer=trainer, seed=0,
+    target_loss=None, pruner=None, horizon=20, attempt=1, settings=json.loads(sys.argv[3]),
+)
+try:
+    out = {"status": run_trial(spec)}
+except Exception as exc:
+    out = {"error": f"{type(exc).__name__}: {exc}"}
+status = Path("/proc/self/status").read_text().splitlines()
+out["hwm_mb"] = int(next(s for s in status if s.startswith("VmHWM")).split()[1]) / 1024
+Path(sys.argv[4]).write_text(json.dumps(out))
+"""
+
+# Every mode of misbehaviour, chosen by --mode; --marker is in the command line of every
+# process it starts, so that a test can look for them.
+SCRIPT = """import os, subprocess, sys, time
+mode, marker = "ok", "none"
+for arg in sys.argv[1:]:
+    key, _, val = arg[2:].partition("=")
+    globals()[key] = val
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+
+def daemon():
+    # a double-forked daemon in a session of its own, and a child that keeps stdout open
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, SLEEPER)
+        os._exit(0)
+    subprocess.Popen(SLEEPER)
+
+if mode in ("fork", "fork_forever"):
+    daemon()
+if mode == "moved":
+    os.makedirs("elsewhere", exist_ok=True)
+    os.chdir("elsewhere")
+if mode in ("devzero", "moved"):
+    if mode == "devzero":
+        os.symlink("/dev/zero", "metrics.jsonl")
+    else:
+        with open("metrics.jsonl", "w") as f:
+            f.write('{"step": 0, "eval_loss": 3.0}\\n')
+    time.sleep(0.5 if mode == "moved" else 300)
+    sys.exit(0)
+if mode == "fifo":
+    os.mkfifo("out.log")
+    time.sleep(300)
+step = 0
+while True:
+    print(f"step {step} loss {4.0 - step / 100:.3f}", flush=True)
+    if mode == "long" and step == 5:
+        print("a" * 5000, flush=True)
+    if mode == "silent" and step == 10:
+        time.sleep(300)
+    if mode == "secret" and step == 10:
+        url = os.environ["DATABASE_URL"]
+        print(f"connecting to {url} as {os.environ['MY_CRED']}", flush=True)
+        print("token hf_" + "x" * 34, flush=True)
+        raise RuntimeError(f"cannot connect to {url}")
+    step += 5
+    if step > 20 and mode != "fork_forever":
+        break
+    time.sleep(0.05 if mode != "fork_forever" else 0.5)
+"""
+
+# A pattern that reads the step lines, and backtracks catastrophically (a backreference:
+# RE2 refuses it, so it runs with a time limit per line) on a long line of "a".
+CATASTROPHIC = r"step (?P<step>\d+) loss (?P<eval_loss>\S+)|(?P<r>a|aa)+(?P=r)b"
+STEP_PATTERN = r"step (?P<step>\d+) loss (?P<eval_loss>\S+)"
+PASSWORD = "hunter2-Sekr1t"
+CRED = "cred-value-42xyz"
+
+
+def marked(marker: str) -> list[int]:
+    """The live processes (not zombies) whose command line holds ``marker``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state not in ("Z", "X"):
+            pids.append(int(name))
+    return pids
+
+
+def none_alive_within(marker: str, seconds: float = 10.0) -> list[int]:
+    """Wait up to ``seconds`` for every process of ``marker`` to be gone; what is left."""
+    deadline = time.monotonic() + seconds
+    while (alive := marked(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def secret_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["DATABASE_URL"] = f"postgresql://trainer:{PASSWORD}@db.example:5432/runs"
+    env["MY_CRED"] = CRED
+    return env
+
+
+def run_attempt(
+    tmp_path: Path, mode: str, metrics: Any = None, **trainer: Any
+) -> tuple[dict[str, Any], Path, float, str]:
+    """One attempt of a trial of SCRIPT in ``mode``: (the driver's result, the trial
+    folder, seconds it took, the marker)."""
+    (tmp_path / "train.py").write_text(SCRIPT)
+    folder = tmp_path / "trial"
+    (folder / "logs").mkdir(parents=True)
+    marker = f"mark{uuid.uuid4().hex}"
+    spec = {
+        "command": ["{python}", "train.py"],
+        "args": "--key=value",
+        "metrics": metrics
+        if metrics is not None
+        else {"source": "stdout", "format": "regex", "pattern": STEP_PATTERN},
+        **trainer,
+    }
+    result = tmp_path / "result.json"
+    started = time.monotonic()
+    with (
+        open(folder / "logs" / "job_0_log.out", "wb") as out,
+        open(folder / "logs" / "job_0_log.err", "wb") as err,
+    ):
+        subprocess.run(
+            [sys.executable, "-c", DRIVER, str(folder), json.dumps(spec),
+             json.dumps({"mode": mode, "marker": marker}), str(result)],
+            stdout=out, stderr=err, cwd=folder, env=secret_env(), timeout=120, check=True,
+        )  # fmt: skip
+    return json.loads(result.read_text()), folder, time.monotonic() - started, marker
+
+
+def test_a_catastrophic_pattern_fails_the_attempt_in_seconds_naming_it(tmp_path: Path) -> None:
+    metrics = {"source": "stdout", "format": "regex", "pattern": CATASTROPHIC}
+    out, _folder, took, marker = run_attempt(tmp_path, "long", metrics)
+    assert out["error"].startswith("PatternTimeout: trainer.metrics.pattern"), out
+    assert repr(CATASTROPHIC) in out["error"] and "aaaa" in out["error"]
+    assert took < 60, took  # the script alone would have run 1 s; a hang, forever
+    assert none_alive_within(marker, 10) == []
+    # the same pattern on a normal log reads it (RE2 is not used: a backreference)
+    from stepscale.sweeps.trainers.patterns import BACKTRACKING, compile_pattern
+
+    pattern = compile_pattern(CATASTROPHIC)
+    assert pattern.engine == BACKTRACKING
+    assert pattern.search("step 5 loss 2.5").groupdict()["eval_loss"] == "2.5"
+
+
+def test_patterns_run_in_linear_time_where_re2_allows() -> None:
+    from stepscale.sweeps.trainers.patterns import RE2, PatternError, compile_pattern
+
+    nested = compile_pattern(r"(?P<step>\d+)(?P<x>(a+)+)$")  # exponential in Python's re
+    assert nested.engine == RE2 and set(nested.groupindex) == {"step", "x"}
+    started = time.monotonic()
+    assert nested.search("1" + "a" * 100_000 + "b") is None
+    assert time.monotonic() - started < 5
+    with pytest.raises(PatternError, match="missing"):
+        compile_pattern(r"(?P<step>\d+")
+
+
+def test_a_silent_script_fails_after_the_inactivity_limit(tmp_path: Path) -> None:
+    out, folder, took, marker = run_attempt(tmp_path, "silent", inactivity_s=2, stop_grace_s=1)
+    assert out["error"].startswith("CommandFailed: the trainer gave no record for"), out
+    assert "trainer.inactivity_s = 2 s" in out["error"]
+    assert took < 60, took
+    assert "inactive" in [e["event"] for e in read_jsonl(folder / rundir.EVENTS_JSONL)]
+    assert [r["step"] for r in read_jsonl(folder / rundir.METRICS_JSONL)] == [0, 5, 10]
+    assert none_alive_within(marker, 10) == []
+
+
+def test_the_inactivity_limit_scales_with_the_scripts_own_cadence() -> None:
+    from stepscale.sweeps.job.command import Inactivity
+
+    quiet = Inactivity(2.0)
+    assert quiet.limit() == 2.0
+    quiet.saw_record()
+    quiet.last -= 30.0  # a record 30 s after the first one …
+    quiet.saw_record()
+    assert quiet.limit() == pytest.approx(300.0, rel=0.01)  # … allows 10 × 30 s of silence
+    assert Inactivity(0.0).overdue() is None  # 0: no limit
+
+
+def test_processes_a_script_leaves_behind_are_killed_and_recorded(tmp_path: Path) -> None:
+    out, folder, took, marker = run_attempt(tmp_path, "fork")
+    assert out["status"]["state"] == "complete", out
+    assert none_alive_within(marker, 1) == []  # already gone when the job returned
+    (event,) = [e for e in read_jsonl(folder / rundir.EVENTS_JSONL) if e["event"] != "start"]
+    assert event["event"] == "leftovers_killed" and event["processes"] == 2, event
+    assert all(marker in c for c in event["commands"]) and event["by"] == "job"
+    assert took < 8, took  # the child holding the output pipe did not make the job wait 10 s
+
+
+@pytest.mark.parametrize("mode", ["devzero", "fifo"])
+def test_an_endless_or_blocking_metrics_source_is_refused(tmp_path: Path, mode: str) -> None:
+    metrics = "jsonl" if mode == "devzero" else {"source": "out.log", "format": "kv_colon"}
+    out, _folder, _took, marker = run_attempt(tmp_path, mode, metrics)
+    kind = "a character device" if mode == "devzero" else "a FIFO"
+    assert out["error"].startswith("UnreadableSource: the metrics source"), out
+    assert f"is {kind}, not a regular file: refused" in out["error"]
+    assert out["hwm_mb"] < 500, out  # (3.7 GB in 12 s when /dev/zero was read whole)
+    assert none_alive_within(marker, 10) == []
+
+
+def test_a_growing_file_is_read_in_bounded_chunks(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from stepscale.sweeps.trainers.line_formats import MetricsSpec
+    from stepscale.sweeps.trainers.output_sources import FileSource
+
+    path = tmp_path / "out.log"
+    source = FileSource(MetricsSpec("out.log", "kv_colon"), path)
+    with open(path, "wb") as f:  # 256 MiB without a newline (sparse: instant)
+        f.truncate(256 * 2**20)
+    tracemalloc.start()
+    try:
+        reads = 0
+        while source.offset < 256 * 2**20:
+            assert source.read_new() == []
+            reads += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reads >= 64 and peak < 64 * 2**20, (reads, peak)
+    with open(path, "ab") as f:
+        f.write(b"\nstep: 5 eval_loss: 2.5\n")
+    assert source.read_new() == [{"step": 5, "eval_loss": 2.5}]
+
+
+def test_a_script_that_writes_its_metrics_elsewhere_fails_saying_where(tmp_path: Path) -> None:
+    out, folder, _, _ = run_attempt(tmp_path, "moved", metrics="jsonl")
+    assert out["error"].startswith("CommandFailed: the trainer command exited without"), out
+    assert f"{folder / rundir.METRICS_JSONL}, where the job looked" in out["error"]
+
+
+def test_a_failed_scripts_message_quotes_its_traceback_without_secrets(tmp_path: Path) -> None:
+    out, folder, _, _ = run_attempt(tmp_path, "secret", secret_env=["MY_CRED"])
+    error = out["error"]
+    assert error.startswith("CommandFailed: the trainer command exited with code 1"), out
+    # stderr first: the traceback's last line, its URL's password masked
+    assert "its stderr ends:" in error and "Traceback (most recent call last)" in error
+    assert "RuntimeError: cannot connect to postgresql://trainer:***@db.example" in error
+    assert "its stdout ends:" in error and "as ***" in error and "token ***" in error
+    assert PASSWORD not in error and CRED not in error and "hf_xxx" not in error
+    raw = (folder / "logs" / "job_0_log.out").read_text()
+    assert f"connecting to postgresql://trainer:{PASSWORD}@" in raw  # the script's own log
+
+
+def test_secret_values_come_from_marked_and_secret_looking_names() -> None:
+    from stepscale.redact import redact_output, secret_values
+
+    env = {"MY_CRED": CRED, "WANDB_API_KEY": "k" * 40, "HOME": "/root/somewhere", "X_TOKEN": "1"}
+    secrets = secret_values(env, ["MY_CRED"])
+    assert secrets == ["k" * 40, CRED]  # longest first; "1" is too short to mask
+    text = f"{CRED} {'k' * 40} /root/somewhere AKIAABCDEFGHIJKLMNOP ghp_{'a' * 36} sk-{'b' * 30}"
+    assert redact_output(text, secrets) == "*** *** /root/somewhere *** *** ***"
