@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -296,3 +297,146 @@ def test_secret_values_come_from_marked_and_secret_looking_names() -> None:
     assert secrets == ["k" * 40, CRED]  # longest first; "1" is too short to mask
     text = f"{CRED} {'k' * 40} /root/somewhere AKIAABCDEFGHIJKLMNOP ghp_{'a' * 36} sk-{'b' * 30}"
     assert redact_output(text, secrets) == "*** *** /root/somewhere *** *** ***"
+
+
+# ------------------------------------------------- whole studies through `sweep run`
+
+STUDY = """# @package _global_
+trainer:
+  command: ["{python}", train.py]
+  cwd: scripts
+  args: "--key=value"
+  config: {mode: ok, marker: none}
+  inactivity_s: 3
+  stop_grace_s: 1
+  secret_env: [MY_CRED]
+  metrics:
+    source: stdout
+    format: regex
+    pattern: 'PATTERN'
+scientific:
+  mode: {path: mode, values: [ok, long, silent, fork, secret]}
+fixed:
+  marker: {path: marker, value: MARKER}
+budget: {trials_per_point: 1, max_steps: 20}
+objective: {kind: steps_to_target, target_loss: 3.0}
+retries: 0
+parallelism: 2
+launcher: {name: local}
+"""
+
+
+def sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The real console script, with the study's secrets in its environment."""
+    return subprocess.run(
+        [SWEEP, *args], cwd=cwd, env=secret_env(), capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A study of every misbehaviour (conf=misbehave), and its marker."""
+    root = tmp_path_factory.mktemp("misbehave")
+    marker = f"mark{uuid.uuid4().hex}"
+    (root / "conf").mkdir()
+    text = STUDY.replace("PATTERN", CATASTROPHIC).replace("MARKER", marker)
+    (root / "conf" / "misbehave.yaml").write_text(text)
+    (root / "scripts").mkdir()
+    (root / "scripts" / "train.py").write_text(SCRIPT)
+    return root, marker
+
+
+def _files_holding(run_dir: Path, secret: str) -> dict[str, int]:
+    """Every file under ``run_dir`` that holds ``secret``, and how many times."""
+    found = {}
+    for path in run_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            count = path.read_bytes().count(secret.encode())
+            if count:
+                found[str(path.relative_to(run_dir))] = count
+    return found
+
+
+@pytest.mark.slow
+def test_a_study_of_misbehaving_scripts_finishes_and_leaves_nothing(
+    project: tuple[Path, str],
+) -> None:
+    root, marker = project
+    run_dir = root / "run"
+    args = ["run", "conf=misbehave", "--config-dir", str(root), f"run_dir={run_dir}"]
+    res = sweep(*args, cwd=root)
+    assert res.returncode == 0, res.stderr
+    assert none_alive_within(marker, 10) == []
+    trials = {
+        p.parent.parent.name: json.loads(p.read_text())
+        for p in (run_dir / "trials").glob("*/0/trial.json")
+    }
+    assert {k: t["state"] for k, t in trials.items()} == {
+        "mode=ok": "complete",
+        "mode=fork": "complete",
+        "mode=long": "failed",
+        "mode=silent": "failed",
+        "mode=secret": "failed",
+    }, trials
+    assert trials["mode=long"]["error"].startswith("PatternTimeout: trainer.metrics.pattern")
+    assert "gave no record for" in trials["mode=silent"]["error"]
+    secret = trials["mode=secret"]["error"]
+    assert "RuntimeError: cannot connect to postgresql://trainer:***@db.example" in secret
+    # the password is nowhere but in the script's own output, as it printed it (once on
+    # stdout, once in its traceback on stderr): the job quoted it masked
+    logs = "trials/mode=secret/0/logs/"
+    holding = _files_holding(run_dir, PASSWORD)
+    assert sorted(holding.values()) == [1, 1] and all(
+        p.startswith(logs) and p.endswith(("_log.out", "_log.err")) for p in holding
+    ), holding
+    assert _files_holding(run_dir, CRED).keys() <= {p for p in holding if p.endswith(".out")}
+    status = sweep("status", str(run_dir), cwd=root)
+    assert status.returncode == 0, status.stderr
+    assert "failed mode=secret/0: CommandFailed: the trainer command exited with code 1" in (
+        status.stdout
+    )
+    assert "RuntimeError: cannot connect to postgresql://trainer:***@" in status.stdout
+    assert "leftovers_killed): mode=fork/0 (2)" in status.stdout, status.stdout
+    assert PASSWORD not in status.stdout
+    # the same command again: the failed trials stay failed, nothing hangs
+    again = sweep(*args, cwd=root, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert none_alive_within(marker, 10) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["sweep stop", "SIGTERM", "Ctrl-C"])
+def test_stopping_the_orchestrator_leaves_no_process_of_the_study(
+    project: tuple[Path, str], how: str
+) -> None:
+    root, _ = project
+    marker = f"mark{uuid.uuid4().hex}"
+    run_dir = root / f"stopped-{how.replace(' ', '-')}"
+    args = [
+        "run", "conf=misbehave", "--config-dir", str(root), f"run_dir={run_dir}",
+        "scientific.mode.values=[fork_forever]", f"fixed.marker.value={marker}",
+        "trainer.inactivity_s=0",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [SWEEP, *args], cwd=root, env=secret_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the script, its child and its daemon
+        assert proc.poll() is None and len(marked(marker)) >= 3, proc.communicate()
+        if how == "sweep stop":
+            stop = sweep("stop", str(run_dir), cwd=root)
+            assert stop.returncode == 0, stop.stderr
+        elif how == "SIGTERM":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:  # the terminal's Ctrl-C reaches its whole foreground process group
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert none_alive_within(marker, 10) == [], err

@@ -50,7 +50,8 @@ from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
-TAIL_LINES = {"stderr": 6, "stdout": 4}  # the last lines of each stream a failure quotes
+# The last lines of each stream a failure quotes (trial.json keeps 2000 characters of it).
+TAIL_LINES = {"stderr": 6, "stdout": 3}
 
 
 class CommandFailed(RuntimeError):
@@ -127,14 +128,27 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     ended = False
 
     def end(sig: int, grace_s: float, whole_group: bool = False) -> None:
-        """End the program (``sig``, ``grace_s``, SIGKILL) and every process it started."""
+        """End the program (``sig``, ``grace_s``, SIGKILL) and every process it started. A
+        second stop signal meanwhile (the orchestrator's SIGTERM after a Ctrl-C) does not
+        cut the program's grace short nor leave its processes: it is raised afterwards."""
         nonlocal ended
         if ended:
             return
+        deadline = time.monotonic() + grace_s
+        interrupted: KeyboardInterrupt | None = None
+        send = True
+        while True:
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                leftovers = end_group(proc, folder, sig, left, whole_group=whole_group, send=send)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted, send = exc, False
         ended = True
-        leftovers = end_group(proc, folder, sig, grace_s, whole_group=whole_group)
         if leftovers:
             record_leftovers(folder, reporter.heartbeat.step, leftovers, secrets, "job")
+        if interrupted is not None:
+            raise interrupted
 
     def follow(records: list[dict[str, Any]]) -> None:
         nonlocal verdict, deadline, seen
@@ -274,7 +288,7 @@ def _no_jsonl_message(folder: Path, spec: Any) -> str:
 class LogTails:
     """The end of what the program wrote to the job's own stdout and stderr (the trial's
     log files, when they are files), since it started: a failure message quotes them
-    (redacted), stderr first — where a traceback is."""
+    (redacted), stderr last — a traceback's error ends the message."""
 
     READ = 16384  # bytes read from a log's end
 
@@ -313,12 +327,12 @@ class LogTails:
         return lines[-TAIL_LINES[name] :]
 
     def quote(self, source: Any, secrets: list[str], code: int | None) -> str:
-        """``; its stderr ends: …; its stdout ends: …`` ("" when nothing is known), each
+        """``; its stdout ends: …; its stderr ends: …`` ("" when nothing is known), each
         stream once (one log file for both is quoted once), a parsed stream's own last lines
         when its log cannot be read."""
         parts = []
         seen: set[tuple[int, int]] = set()
-        for name in ("stderr", "stdout"):
+        for name in ("stdout", "stderr"):  # stderr last: a traceback's error ends the message
             lines: list[str] = []
             if name in self.starts and self.starts[name][:2] not in seen:
                 seen.add(self.starts[name][:2])
@@ -326,7 +340,7 @@ class LogTails:
             if not lines and getattr(source, "parsed", False) and source.where == name:
                 lines = list(source.stream.last_lines)[-TAIL_LINES[name] :]
             if lines:
-                shown = "\n".join(f"    {line[:200]}" for line in lines)
+                shown = "\n".join(f"    {line[:160]}" for line in lines)
                 parts.append(f"its {name} ends:\n{shown}")
         text = ("; " + "; ".join(parts)) if parts else ""
         return redact_output(text, secrets)

@@ -147,16 +147,23 @@ def signal_group(group: int, sig: int) -> None:
 
 
 def end_group(
-    proc: Any, folder: Path, sig: int, grace_s: float, whole_group: bool = False
+    proc: Any,
+    folder: Path,
+    sig: int,
+    grace_s: float,
+    whole_group: bool = False,
+    send: bool = True,
 ) -> list[Leftover]:
     """End a trial's program (``proc``, a `subprocess.Popen` started by `start_marked`) and
     all it started: unless it has exited, ``sig`` to it (``whole_group``: to its process
-    group, as a terminal's Ctrl-C would) and SIGKILL to its group after ``grace_s``; then
-    the leftovers (`find_leftovers`, `kill_all`). Returns the leftovers found after the
-    program itself had ended."""
+    group, as a terminal's Ctrl-C would; ``send`` false: it was sent already) and SIGKILL
+    to its group after ``grace_s``; then the leftovers (`find_leftovers`, `kill_all`).
+    Returns the leftovers found after the program itself had ended."""
     group = proc.pid
     if proc.poll() is None:
-        if whole_group:
+        if not send:
+            pass
+        elif whole_group:
             signal_group(group, sig)
         else:
             with contextlib.suppress(ProcessLookupError):
