@@ -12,6 +12,7 @@ from stepscale.errors import UsageError
 from stepscale.reporters import dumps
 from stepscale.sweeps.trainers.line_formats import EVAL_LOSS, parse_text
 from stepscale.sweeps.trainers.metrics_file import MalformedRecord, parse_record
+from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.sweeps.trainers.spec import COMMAND, TrainerSpec
 
 
@@ -33,7 +34,10 @@ def check_sample_log(trainer: TrainerSpec, path: str) -> int:
             raise UsageError(f"--sample-log: {exc}") from None
         what, lines = "metrics.jsonl (trainer.metrics: jsonl)", len(records)
     else:
-        records, stream = parse_text(spec, text)
+        try:
+            records, stream = parse_text(spec, text)
+        except PatternTimeout as exc:  # as a trial's attempt would fail
+            raise UsageError(f"--sample-log {path}: {exc}") from None
         if not records:
             raise UsageError(f"--sample-log {path}: " + stream.no_record_message("sample log"))
         what, lines = f"format {spec.describe()}", stream.lines

@@ -440,3 +440,17 @@ def test_stopping_the_orchestrator_leaves_no_process_of_the_study(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert none_alive_within(marker, 10) == [], err
+
+
+def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, str]) -> None:
+    root, _ = project
+    (root / "long.log").write_text("step 0 loss 4.0\n" + "a" * 5000 + "\nstep 5 loss 3.9\n")
+    res = sweep(
+        "run", "conf=misbehave", "--config-dir", str(root), "--dry-run", "--sample-log",
+        "long.log", cwd=root, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert f"--sample-log long.log: trainer.metrics.pattern {CATASTROPHIC!r} took more" in (
+        res.stderr
+    )
+    assert "Traceback" not in res.stderr
