@@ -454,3 +454,44 @@ def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, s
         res.stderr
     )
     assert "Traceback" not in res.stderr
+
+
+def stop_a_forking_study(
+    root: Path, run_dir: Path, launcher: list[str], env: dict[str, str]
+) -> str:
+    """Run the forking script as a study on ``launcher``, `sweep stop` it once the script, its
+    child and its daemon run, and return the orchestrator's stderr once it has exited (the
+    cluster tests of test_slurm.py and test_ray.py)."""
+    marker = f"mark{uuid.uuid4().hex}"
+    (root / "conf").mkdir(exist_ok=True)
+    text = STUDY.replace("PATTERN", STEP_PATTERN).replace("MARKER", marker)
+    text = text.replace("launcher: {name: local}\n", "")
+    (root / "conf" / "forking.yaml").write_text(text)
+    (root / "scripts").mkdir(exist_ok=True)
+    (root / "scripts" / "train.py").write_text(SCRIPT)
+    args = [
+        "run", "conf=forking", "--config-dir", str(root), f"run_dir={run_dir}",
+        "scientific.mode.values=[fork_forever]", "trainer.inactivity_s=0", "parallelism=1",
+        *launcher,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None and len(marked(marker)) >= 3, proc.communicate()
+        stop = subprocess.run(
+            [SWEEP, "stop", str(run_dir)], cwd=root, env=env, capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+        assert stop.returncode == 0, stop.stderr
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert none_alive_within(marker, 10) == [], err
+    return err

@@ -10,7 +10,14 @@ the study's settings as arguments in its own style (``trainer.args``: `sweeps.tr
 and the ``STEPSCALE_*`` environment (`stepscale.trainer`). A non-zero exit fails the attempt
 (the orchestrator retries it as the same trial) unless the trial was pruned; so does a
 malformed metrics.jsonl line, and a run whose output gave no record at all. Its output
-lands in the trial's logs whole.
+lands in the trial's logs whole; a failure's message quotes the end of its stdout and
+stderr, redacted (`stepscale.redact.redact_output`).
+
+A program that misbehaves (docs/trainers.md, "When a script misbehaves") runs in a session
+of its own, and it and everything it started are ended with the trial (`sweeps.job.reaper`);
+one that gives no record for ``trainer.inactivity_s`` (scaled to its own rhythm) is ended as
+hung; its patterns run with a bound (`sweeps.trainers.patterns`) and its sources are read in
+bounded pieces.
 """
 
 from __future__ import annotations
