@@ -176,7 +176,24 @@ def end_group(
     leftovers = find_leftovers(folder, group)
     if leftovers:
         kill_all(leftovers)
+    reap_orphans()
     return leftovers
+
+
+def reap_orphans() -> None:
+    """Collect the exit of every orphan re-parented to this process (a subreaper) that has
+    ended: a zombie child in another session than this process's. Children this process
+    started itself share its session (the trainer's program, whose `Popen` collects it,
+    is never a zombie child here once it was waited for)."""
+    if not os.path.isdir("/proc"):
+        return
+    me, session = os.getpid(), os.getsid(0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _stat(int(name))
+        if stat is not None and stat[0] == "Z" and stat[1] == me and stat[3] != session:
+            _reap(int(name))
 
 
 def kill_marked(folder: Path) -> list[Leftover]:
@@ -224,6 +241,7 @@ __all__ = [
     "find_leftovers",
     "kill_all",
     "kill_marked",
+    "reap_orphans",
     "record_leftovers",
     "start_marked",
 ]
