@@ -406,17 +406,20 @@ def test_a_study_of_misbehaving_scripts_finishes_and_leaves_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["sweep stop", "SIGTERM", "Ctrl-C"])
+@pytest.mark.parametrize(
+    ("how", "launcher"),
+    [("sweep stop", "local"), ("SIGTERM", "local"), ("Ctrl-C", "local"), ("Ctrl-C", "process")],
+)
 def test_stopping_the_orchestrator_leaves_no_process_of_the_study(
-    project: tuple[Path, str], how: str
+    project: tuple[Path, str], how: str, launcher: str
 ) -> None:
     root, _ = project
     marker = f"mark{uuid.uuid4().hex}"
-    run_dir = root / f"stopped-{how.replace(' ', '-')}"
+    run_dir = root / f"stopped-{how.replace(' ', '-')}-{launcher}"
     args = [
         "run", "conf=misbehave", "--config-dir", str(root), f"run_dir={run_dir}",
         "scientific.mode.values=[fork_forever]", f"fixed.marker.value={marker}",
-        "trainer.inactivity_s=0",
+        "trainer.inactivity_s=0", f"launcher.name={launcher}",
     ]  # fmt: skip
     proc = subprocess.Popen(
         [SWEEP, *args], cwd=root, env=secret_env(), stdout=subprocess.PIPE,
@@ -495,3 +498,44 @@ def stop_a_forking_study(
             proc.wait()
     assert none_alive_within(marker, 10) == [], err
     return err
+
+
+@pytest.mark.slow
+def test_a_killed_job_leaves_no_process_of_its_trial(project: tuple[Path, str]) -> None:
+    """The job itself dies (the OOM killer, kill -9) before it can end its program: the
+    launcher ends what the program left (by its mark) and says so."""
+    root, _ = project
+    marker = f"mark{uuid.uuid4().hex}"
+    run_dir = root / "killed-job"
+    args = [
+        "run", "conf=misbehave", "--config-dir", str(root), f"run_dir={run_dir}",
+        "scientific.mode.values=[fork_forever]", f"fixed.marker.value={marker}",
+        "trainer.inactivity_s=0",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [SWEEP, *args], cwd=root, env=secret_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = marked(marker)
+        assert proc.poll() is None and len(alive) >= 3, proc.communicate()
+        # the warm worker is the script's parent
+        (script,) = [p for p in alive if b"train.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        worker = int(Path(f"/proc/{script}/stat").read_text().rpartition(")")[2].split()[1])
+        os.kill(worker, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert none_alive_within(marker, 10) == [], err
+    folder = run_dir / "trials" / "mode=fork_forever" / "0"
+    assert json.loads((folder / rundir.TRIAL_JSON).read_text())["state"] == "failed"
+    killed = [
+        e for e in read_jsonl(folder / rundir.EVENTS_JSONL) if e["event"] == "leftovers_killed"
+    ]
+    assert killed and killed[0]["by"] == "launcher" and killed[0]["processes"] >= 2, killed
