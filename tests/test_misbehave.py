@@ -198,6 +198,12 @@ def test_patterns_run_in_linear_time_where_re2_allows() -> None:
     started = time.monotonic()
     assert nested.search("1" + "a" * 100_000 + "b") is None
     assert time.monotonic() - started < 5
+    line = "step 7: loss 2.5 ü"  # the groups come back as text, unmatched ones None
+    pattern = compile_pattern(r"step (?P<step>\d+): loss (?P<loss>\S+) (?P<u>.)(?P<no>x)?")
+    expected = {"step": "7", "loss": "2.5", "u": "ü", "no": None}
+    assert pattern.search(line).groupdict() == expected
+    pattern._spans = None  # the binding's public search, as a later version may need
+    assert pattern.search(line).groupdict() == expected and pattern.search("no") is None
     with pytest.raises(PatternError, match="missing"):
         compile_pattern(r"(?P<step>\d+")
 
