@@ -141,12 +141,12 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         nonlocal ended
         if ended:
             return
-        deadline = time.monotonic() + grace_s
+        until = time.monotonic() + grace_s
         interrupted: KeyboardInterrupt | None = None
         send = True
         while True:
             try:
-                left = max(0.0, deadline - time.monotonic())
+                left = max(0.0, until - time.monotonic())
                 leftovers = end_group(proc, folder, sig, left, whole_group=whole_group, send=send)
                 break
             except KeyboardInterrupt as exc:
@@ -196,9 +196,7 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
                 if hung is not None:
                     end(trainer.stop_signal, trainer.stop_grace_s)
                     record_event(folder, "inactive", reporter.heartbeat.step, silent_s=hung)
-                    raise CommandFailed(
-                        quiet.message(hung) + logs.quote(source, secrets, proc.returncode)
-                    )
+                    raise CommandFailed(quiet.message(hung) + logs.quote(source, secrets))
                 time.sleep(POLL_S)
         except (MalformedRecord, PatternTimeout, UnreadableSource) as exc:
             end(signal.SIGTERM, 10.0)
@@ -225,14 +223,14 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         text = _exit_text(proc.returncode) if proc.returncode else "the trainer command exited"
         print(f"stepscale: the trial was pruned; {text}", file=sys.stderr, flush=True)
     elif proc.returncode != 0:
-        raise CommandFailed(
-            _exit_text(proc.returncode) + logs.quote(source, secrets, proc.returncode)
-        )
+        raise CommandFailed(_exit_text(proc.returncode) + logs.quote(source, secrets))
     elif parsed and source.stream.records == 0:
         text = source.stream.no_record_message(source.where)
-        raise CommandFailed(redact_output(text, secrets) + logs.quote(source, secrets, 0))
+        raise CommandFailed(
+            redact_output(text, secrets) + logs.quote(source, secrets, skip=source.where)
+        )
     elif not parsed and seen == 0 and resume == 0 and _status_written(folder) is None:
-        raise CommandFailed(_no_jsonl_message(folder, spec) + logs.quote(source, secrets, 0))
+        raise CommandFailed(_no_jsonl_message(folder, spec) + logs.quote(source, secrets))
     return _status(folder, verdict, last_step(folder / METRICS_JSONL))
 
 
@@ -333,13 +331,15 @@ class LogTails:
             lines = lines[1:]  # the first may be cut
         return lines[-TAIL_LINES[name] :]
 
-    def quote(self, source: Any, secrets: list[str], code: int | None) -> str:
+    def quote(self, source: Any, secrets: list[str], skip: str | None = None) -> str:
         """``; its stdout ends: …; its stderr ends: …`` ("" when nothing is known), each
         stream once (one log file for both is quoted once), a parsed stream's own last lines
-        when its log cannot be read."""
+        when its log cannot be read; not ``skip`` (a stream the message quotes already)."""
         parts = []
         seen: set[tuple[int, int]] = set()
         for name in ("stdout", "stderr"):  # stderr last: a traceback's error ends the message
+            if name == skip:
+                continue
             lines: list[str] = []
             if name in self.starts and self.starts[name][:2] not in seen:
                 seen.add(self.starts[name][:2])
