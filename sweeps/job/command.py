@@ -41,6 +41,7 @@ from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STAT
 from stepscale.sweeps.job.reaper import (
     become_subreaper,
     end_group,
+    kill_marked,
     record_leftovers,
     signal_group,
     start_marked,
@@ -118,6 +119,9 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     sys.stdout.flush()
     sys.stderr.flush()
     become_subreaper()  # orphans of the program come back to this job (reaper.py)
+    earlier = kill_marked(folder)  # an earlier attempt's, whose job died: never two at once
+    if earlier:
+        record_leftovers(folder, resume, earlier, [], "job")
     secrets = secret_values(os.environ, trainer.secret_env)
     logs = LogTails()
     where = trainer.metrics.source

@@ -39,6 +39,7 @@ from stepscale.sweeps.job import heartbeat
 
 MARK_ENV = "STEPSCALE_PROCESS_MARK"  # set for a command trainer's program: its trial folder
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 2.0  # a leftover gets SIGTERM, then SIGKILL after this
 
 
@@ -63,8 +64,37 @@ def become_subreaper() -> bool:
 
 def start_marked(folder: Path, env: dict[str, str]) -> dict[str, Any]:
     """The `subprocess.Popen` keyword arguments that start a trial's program in a session of
-    its own with the trial's mark in ``env`` (a copy is made)."""
-    return {"env": {**env, MARK_ENV: str(folder)}, "start_new_session": True}
+    its own with the trial's mark in ``env`` (a copy is made) and, on Linux, killed when the
+    job dies (``PR_SET_PDEATHSIG``: a job killed at once with its process group — a closed
+    terminal's SIGHUP, ``kill -9`` of the group — no longer takes the program with it, since
+    the program has a session of its own)."""
+    kwargs: dict[str, Any] = {"env": {**env, MARK_ENV: str(folder)}, "start_new_session": True}
+    prctl = _prctl()
+    if prctl is not None:
+        kwargs["preexec_fn"] = _die_with_parent(prctl, os.getpid())
+    return kwargs
+
+
+def _prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _die_with_parent(prctl: Any, parent: int) -> Any:
+    """What runs in the forked child before exec: SIGKILL when the job's thread that started
+    it ends (the job runs the program from its main thread), and at once if the job is
+    already gone. Only async-safe calls: the child of a threaded process."""
+
+    def child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return child
 
 
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
