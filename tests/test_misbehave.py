@@ -545,3 +545,25 @@ def test_a_killed_job_leaves_no_process_of_its_trial(project: tuple[Path, str]) 
         e for e in read_jsonl(folder / rundir.EVENTS_JSONL) if e["event"] == "leftovers_killed"
     ]
     assert killed and killed[0]["by"] == "launcher" and killed[0]["processes"] >= 2, killed
+
+
+def test_an_earlier_attempts_leftovers_are_ended_before_the_next_starts(tmp_path: Path) -> None:
+    """A job killed with its whole process group (its program died with it: PDEATHSIG)
+    left a child of the program running; the trial's next attempt on this host ends it."""
+    from stepscale.sweeps.job.reaper import MARK_ENV
+
+    folder = tmp_path / "trial"
+    marker = f"mark{uuid.uuid4().hex}"
+    orphan = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)", marker],
+        env={**os.environ, MARK_ENV: str(folder)}, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, folder, _, _ = run_attempt(tmp_path, "ok")
+        assert out["status"]["state"] == "complete", out
+        assert orphan.wait(timeout=10) is not None
+        (event,) = [e for e in read_jsonl(folder / rundir.EVENTS_JSONL) if e["event"] != "start"]
+        assert event["event"] == "leftovers_killed" and marker in event["commands"][0], event
+    finally:
+        orphan.kill()
+        orphan.wait()
