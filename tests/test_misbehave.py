@@ -87,6 +87,11 @@ if mode in ("devzero", "moved"):
 if mode == "fifo":
     os.mkfifo("out.log")
     time.sleep(300)
+if mode == "endless":  # a file of zeros without a newline, growing 2.5 GB/s (sparse: no disk)
+    open("out.log", "wb").close()
+    for i in range(1, 3000):
+        os.truncate("out.log", i * 2**28)
+        time.sleep(0.1)
 step = 0
 while True:
     print(f"step {step} loss {4.0 - step / 100:.3f}", flush=True)
@@ -248,6 +253,14 @@ def test_an_endless_or_blocking_metrics_source_is_refused(tmp_path: Path, mode: 
     assert out["error"].startswith("UnreadableSource: the metrics source"), out
     assert f"is {kind}, not a regular file: refused" in out["error"]
     assert out["hwm_mb"] < 500, out  # (3.7 GB in 12 s when /dev/zero was read whole)
+    assert none_alive_within(marker, 10) == []
+
+
+def test_an_endless_regular_file_keeps_the_jobs_memory_bounded(tmp_path: Path) -> None:
+    metrics = {"source": "out.log", "format": "kv_colon"}
+    out, _folder, _took, marker = run_attempt(tmp_path, "endless", metrics, inactivity_s=3)
+    assert out["error"].startswith("CommandFailed: the trainer gave no record for"), out
+    assert out["hwm_mb"] < 500, out
     assert none_alive_within(marker, 10) == []
 
 
