@@ -479,11 +479,12 @@ def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, s
 
 
 def stop_a_forking_study(
-    root: Path, run_dir: Path, launcher: list[str], env: dict[str, str]
+    root: Path, run_dir: Path, launcher: list[str], env: dict[str, str], how: str = "sweep stop"
 ) -> str:
-    """Run the forking script as a study on ``launcher``, `sweep stop` it once the script, its
-    child and its daemon run, and return the orchestrator's stderr once it has exited (the
-    cluster tests of test_slurm.py and test_ray.py)."""
+    """Run the forking script as a study on ``launcher``, stop it (``how``: `sweep stop` or
+    SIGTERM to the orchestrator) once the script, its child and its daemon run, and return
+    the orchestrator's stderr once it has exited (the cluster tests of test_slurm.py and
+    test_ray.py)."""
     marker = f"mark{uuid.uuid4().hex}"
     (root / "conf").mkdir(exist_ok=True)
     text = STUDY.replace("PATTERN", STEP_PATTERN).replace("MARKER", marker)
@@ -505,11 +506,14 @@ def stop_a_forking_study(
         while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert proc.poll() is None and len(marked(marker)) >= 3, proc.communicate()
-        stop = subprocess.run(
-            [SWEEP, "stop", str(run_dir)], cwd=root, env=env, capture_output=True, text=True,
-            timeout=240,
-        )  # fmt: skip
-        assert stop.returncode == 0, stop.stderr
+        if how == "SIGTERM":
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            stop = subprocess.run(
+                [SWEEP, "stop", str(run_dir)], cwd=root, env=env, capture_output=True,
+                text=True, timeout=240,
+            )  # fmt: skip
+            assert stop.returncode == 0, stop.stderr
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:

@@ -308,12 +308,14 @@ def _only(run_dir: Path) -> Path:
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize("how", ["sweep stop", "SIGTERM"])
 def test_a_stopped_command_trainer_study_leaves_no_process_on_the_nodes(
-    tmp_path: Path, cluster: Any
+    tmp_path: Path, cluster: Any, how: str
 ) -> None:
     """A script that forks a child and a double-forked daemon, on Ray's warm workers:
-    `sweep stop` ends them all (tests/test_misbehave.py runs the same locally)."""
+    `sweep stop`, or SIGTERM to the orchestrator, ends them all (tests/test_misbehave.py
+    runs the same locally)."""
     from test_misbehave import stop_a_forking_study
 
     launcher = ["launcher=ray", f"launcher.address={cluster.address}", "launcher.poll_s=0.1"]
-    stop_a_forking_study(tmp_path, tmp_path / "run", launcher, _env())
+    stop_a_forking_study(tmp_path, tmp_path / "run", launcher, _env(), how)
