@@ -34,6 +34,7 @@ STATES = (RUNNING, *TRAINER_FINAL_STATES, FAILED)
 KNOWN_STATES = (*STATES, STOPPED, QUEUED)
 DAMAGED = "damaged"  # a trial.json that cannot be read: not counted as any state
 ORCHESTRATOR_TIMEOUT_S = 120.0
+MAX_FAILURES = 5  # failed trials whose message the table prints
 
 
 def study_status(run_dir: Path) -> dict[str, Any]:
@@ -45,6 +46,8 @@ def study_status(run_dir: Path) -> dict[str, Any]:
     budget = study["budget"]["trials_per_point"] + study["budget"].get("confirm_seeds", 0)
     points = []
     damaged: list[str] = []
+    failures: list[dict[str, Any]] = []  # why each failed trial failed (its trial.json)
+    leftovers: list[dict[str, Any]] = []  # trials whose program left processes behind
     for p in study["points"]:
         row: dict[str, Any] = {
             "point": p["label"],
@@ -64,6 +67,12 @@ def study_status(run_dir: Path) -> dict[str, Any]:
                 damaged.append(str(trial_json))
                 state = DAMAGED
             row[state] += 1
+            name = f"{p['label']}/{trial_json.parent.name}"
+            if state == FAILED and isinstance(trial.get("error"), str):
+                failures.append({"trial": name, "error": trial["error"]})
+            killed = _leftovers_killed(trial_json.parent / EVENTS_JSONL)
+            if killed:
+                leftovers.append({"trial": name, "processes": killed})
             status = _record(trial_json.parent / STATUS_JSON)
             steps = status.get("steps_done")
             _sizes(row, status)
@@ -96,6 +105,8 @@ def study_status(run_dir: Path) -> dict[str, Any]:
         "objective": study["objective"],
         "points": points,
         "damaged": damaged,
+        "failures": failures,
+        "leftovers_killed": leftovers,
         "finished": done and run.get("ended") is not None,
         "started": run.get("started"),
         "ended": run.get("ended"),
@@ -140,6 +151,35 @@ def _check_study_file(path: Path, study: Any) -> None:
         raise bad("objective.kind is missing")
     if any("/" in p["label"] or p["label"] in (".", "..") for p in points):
         raise bad("a point label is a path")
+
+
+def _leftovers_killed(path: Path) -> int:
+    """How many processes a trial's program left behind that were killed (its events'
+    ``leftovers_killed``: sweeps.job.reaper), over all its runs."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return 0
+    total = 0
+    for line in lines:
+        if '"leftovers_killed"' not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and _count(event.get("processes")):
+            total += event["processes"]
+    return total
+
+
+def shown_error(error: str, width: int = 400) -> str:
+    """A failed trial's message as the table shows it: its start (what ended the trial)
+    and its end (the last line of the script's output, where a traceback's error is)."""
+    if len(error) <= width:
+        return error
+    head = width * 2 // 5
+    return f"{error[:head]} … {error[-(width - head - 3) :]}"
 
 
 def _record(path: Path) -> dict[str, Any]:
@@ -225,6 +265,16 @@ def print_status(run_dir: str, as_json: bool) -> int:
         print(
             f"  {queued} trial(s) queued: their jobs could not be submitted; the same "
             "`sweep run` submits them"
+        )
+    for failure in status["failures"][:MAX_FAILURES]:
+        print(f"  failed {failure['trial']}: {shown_error(failure['error'])}")
+    if len(status["failures"]) > MAX_FAILURES:
+        print(f"  … and {len(status['failures']) - MAX_FAILURES} more failed trial(s) (--json)")
+    if status["leftovers_killed"]:
+        killed = ", ".join(f"{t['trial']} ({t['processes']})" for t in status["leftovers_killed"])
+        print(
+            f"  processes left behind by the trainer command were killed after their trial "
+            f"ended (events.jsonl: leftovers_killed): {killed}"
         )
     if status["damaged"]:
         print(

@@ -311,6 +311,10 @@ EVENT_KEYS = (
     "batches_skipped",  # batches it skipped
     "skipped_total",  # batches skipped by all restarts so far
     "steps_redone",  # steps it abandoned (from_step to where the spike was found)
+    "processes",  # leftovers_killed: how many processes outlived the trial's program
+    "commands",  # leftovers_killed: the first few of their command lines (redacted)
+    "by",  # leftovers_killed: "job", or "launcher" when the job itself had been killed
+    "silent_s",  # inactive: how long the program had given no record
 )
 # Events the built-in trainer writes for instabilities (models/spikes.py).
 LOSS_SPIKE = "loss_spike"

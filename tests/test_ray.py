@@ -305,3 +305,17 @@ def test_a_killed_node_interrupts_its_trial_which_resumes_on_the_other_node_bit_
 def _only(run_dir: Path) -> Path:
     (folder,) = (run_dir / "trials").glob("*/*")
     return folder
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("how", ["sweep stop", "SIGTERM"])
+def test_a_stopped_command_trainer_study_leaves_no_process_on_the_nodes(
+    tmp_path: Path, cluster: Any, how: str
+) -> None:
+    """A script that forks a child and a double-forked daemon, on Ray's warm workers:
+    `sweep stop`, or SIGTERM to the orchestrator, ends them all (tests/test_misbehave.py
+    runs the same locally)."""
+    from test_misbehave import stop_a_forking_study
+
+    launcher = ["launcher=ray", f"launcher.address={cluster.address}", "launcher.poll_s=0.1"]
+    stop_a_forking_study(tmp_path, tmp_path / "run", launcher, _env(), how)

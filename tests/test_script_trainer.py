@@ -220,7 +220,7 @@ def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
     folder.mkdir()
     with pytest.raises(
         CommandFailed,
-        match=r"(?s)exited with code 3; the last lines of its stdout:\n.*step 10: val loss 2.001",
+        match=r"(?s)exited with code 3; its stdout ends:\n.*step 10: val loss 2.001",
     ):
         run_job(folder, 1, resume_args)
     assert [r["eval_loss"] for r in read_jsonl(folder / rundir.METRICS_JSONL)] == [

@@ -620,3 +620,13 @@ def test_a_submission_sbatch_refuses_leaves_the_trials_queued_for_the_next_run(
     (record,) = trials_of(run_dir)["batch_size=8"]
     assert record["state"] == "complete" and record["attempts"] == 1
     assert "interruptions" not in record and record["job_id"].isdigit()
+
+
+def test_a_stopped_command_trainer_study_leaves_no_process_on_the_node(
+    slurm: Path, tmp_path: Path
+) -> None:
+    """A script that forks a child and a double-forked daemon, on SLURM: `sweep stop` ends
+    them all (tests/test_misbehave.py runs the same locally)."""
+    from test_misbehave import secret_env, stop_a_forking_study
+
+    stop_a_forking_study(tmp_path, tmp_path / "run", SLURM, secret_env())

@@ -10,7 +10,14 @@ the study's settings as arguments in its own style (``trainer.args``: `sweeps.tr
 and the ``STEPSCALE_*`` environment (`stepscale.trainer`). A non-zero exit fails the attempt
 (the orchestrator retries it as the same trial) unless the trial was pruned; so does a
 malformed metrics.jsonl line, and a run whose output gave no record at all. Its output
-lands in the trial's logs whole.
+lands in the trial's logs whole; a failure's message quotes the end of its stdout and
+stderr, redacted (`stepscale.redact.redact_output`).
+
+A program that misbehaves (docs/trainers.md, "When a script misbehaves") runs in a session
+of its own, and it and everything it started are ended with the trial (`sweeps.job.reaper`);
+one that gives no record for ``trainer.inactivity_s`` (scaled to its own rhythm) is ended as
+hung; its patterns run with a bound (`sweeps.trainers.patterns`) and its sources are read in
+bounded pieces.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -27,15 +35,27 @@ from typing import Any
 from stepscale.errors import signal_name
 from stepscale.events import record_event
 from stepscale.files import read_json, write_json_atomic
+from stepscale.redact import redact_output, secret_values
 from stepscale.reporters import finite_or_none
 from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STATUS_JSON
+from stepscale.sweeps.job.reaper import (
+    become_subreaper,
+    end_group,
+    kill_marked,
+    record_leftovers,
+    signal_group,
+    start_marked,
+)
 from stepscale.sweeps.trainers.arg_styles import fill, flat_config, hydra_value
-from stepscale.sweeps.trainers.metrics_file import MalformedRecord, last_step
+from stepscale.sweeps.trainers.metrics_file import MalformedRecord, UnreadableSource, last_step
 from stepscale.sweeps.trainers.output_sources import JsonlSource, final_records, open_source
+from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
+# The last lines of each stream a failure quotes (trial.json keeps 2000 characters of it).
+TAIL_LINES = {"stderr": 6, "stdout": 3}
 
 
 class CommandFailed(RuntimeError):
@@ -74,7 +94,8 @@ def command_line(spec: Any, resuming: bool = False) -> list[str]:
 
 
 def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
-    """Run the trainer program of ``spec`` (a `TrialSpec`) to its end; returns its status."""
+    """Run the trainer program of ``spec`` (a `TrialSpec`) to its end; returns its status.
+    The program and everything it starts end with it (`sweeps.job.reaper`)."""
     trainer = spec.trainer
     folder = Path(spec.trial_dir)
     control = folder / CONTROL_JSON
@@ -93,22 +114,56 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         record_event(folder, "start" if resume == 0 else "resume", resume)
     sys.stdout.flush()
     sys.stderr.flush()
+    become_subreaper()  # orphans of the program come back to this job (reaper.py)
+    earlier = kill_marked(folder)  # an earlier attempt's, whose job died: never two at once
+    if earlier:
+        record_leftovers(folder, resume, earlier, [], "job")
+    secrets = secret_values(os.environ, trainer.secret_env)
+    logs = LogTails()
     where = trainer.metrics.source
     proc = subprocess.Popen(
         command_line(spec, resuming),
         cwd=trainer.cwd or folder,
-        env=os.environ.copy(),
         stdout=subprocess.PIPE if where in ("stdout", "output") else sys.stdout,
         stderr=subprocess.STDOUT
         if where == "output"
         else (subprocess.PIPE if where == "stderr" else sys.stderr),
+        **start_marked(folder, dict(os.environ)),
     )
-    source = _source(spec, proc, resuming)
     verdict = Action.CONTINUE
     deadline: float | None = None  # when a signalled program is killed
+    quiet = Inactivity(trainer.inactivity_s)
+    seen = 0  # records this run gave
+    ended = False
+
+    def end(sig: int, grace_s: float, whole_group: bool = False) -> None:
+        """End the program (``sig``, ``grace_s``, SIGKILL) and every process it started. A
+        second stop signal meanwhile (the orchestrator's SIGTERM after a Ctrl-C) does not
+        cut the program's grace short nor leave its processes: it is raised afterwards."""
+        nonlocal ended
+        if ended:
+            return
+        until = time.monotonic() + grace_s
+        interrupted: KeyboardInterrupt | None = None
+        send = True
+        while True:
+            try:
+                left = max(0.0, until - time.monotonic())
+                leftovers = end_group(proc, folder, sig, left, whole_group=whole_group, send=send)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted, send = exc, False
+        ended = True
+        if leftovers:
+            record_leftovers(folder, reporter.heartbeat.step, leftovers, secrets, "job")
+        if interrupted is not None:
+            raise interrupted
 
     def follow(records: list[dict[str, Any]]) -> None:
-        nonlocal verdict, deadline
+        nonlocal verdict, deadline, seen
+        if records:
+            quiet.saw_record()
+            seen += len(records)
         for record in records:
             if parsed:
                 if verdict != Action.CONTINUE:
@@ -128,39 +183,177 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
                     deadline = time.monotonic() + trainer.stop_grace_s
 
     try:
-        while True:
-            exited = proc.poll() is not None
-            if exited:
-                follow(final_records(source))
-                break
-            follow(source.read_new())
-            if deadline is not None and time.monotonic() > deadline:
-                proc.kill()
-            time.sleep(POLL_S)
-    except MalformedRecord:
-        _end(proc, signal.SIGTERM)
-        raise
-    except KeyboardInterrupt:
-        # A stop signal (or Ctrl-C, which the program got from the terminal itself): let
-        # the program save its checkpoint, then stop as the job does — unless it finished
-        # its run meanwhile: then the trial is finished.
-        if stop.received is not None:
-            sig = trainer.stop_signal if stop.received == signal.SIGTERM else stop.received
-            _signal(proc, sig)
-        _wait(proc, trainer.stop_grace_s)
-        ran_to_end = _status_written(folder) is not None or _at_end(folder, spec)
-        if proc.returncode != 0 or not ran_to_end:
+        source = _source(spec, proc, resuming)
+        try:
+            while True:
+                exited = proc.poll() is not None
+                if exited:
+                    end(signal.SIGTERM, 0.0)  # what it left behind (a pipe's holder too)
+                    follow(final_records(source))
+                    break
+                follow(source.read_new())
+                if deadline is not None and time.monotonic() > deadline:
+                    signal_group(proc.pid, signal.SIGKILL)
+                hung = quiet.overdue() if deadline is None else None
+                if hung is not None:
+                    end(trainer.stop_signal, trainer.stop_grace_s)
+                    record_event(folder, "inactive", reporter.heartbeat.step, silent_s=hung)
+                    raise CommandFailed(quiet.message(hung) + logs.quote(source, secrets))
+                time.sleep(POLL_S)
+        except (MalformedRecord, PatternTimeout, UnreadableSource) as exc:
+            end(signal.SIGTERM, 10.0)
+            exc.args = (redact_output(str(exc), secrets),)  # it quotes a line of output
             raise
-        follow(final_records(source))
+        except KeyboardInterrupt:
+            # A stop signal, or Ctrl-C (which the program, in a session of its own, did
+            # not get from the terminal: the job passes it on to its whole group): let the
+            # program save its checkpoint, then stop as the job does — unless it finished
+            # its run meanwhile: then the trial is finished.
+            if stop.received is not None:
+                sig = trainer.stop_signal if stop.received == signal.SIGTERM else stop.received
+                end(sig, trainer.stop_grace_s)
+            else:
+                end(signal.SIGINT, trainer.stop_grace_s, whole_group=True)
+            ran_to_end = _status_written(folder) is not None or _at_end(folder, spec)
+            if proc.returncode != 0 or not ran_to_end:
+                raise
+            follow(final_records(source))
+    finally:
+        end(signal.SIGKILL, 0.0, whole_group=True)  # left by an error: nothing survives
     pruned = verdict == Action.PRUNE
     if pruned and parsed:
         text = _exit_text(proc.returncode) if proc.returncode else "the trainer command exited"
         print(f"stepscale: the trial was pruned; {text}", file=sys.stderr, flush=True)
     elif proc.returncode != 0:
-        raise CommandFailed(_exit_text(proc.returncode) + _last_lines(source))
+        raise CommandFailed(_exit_text(proc.returncode) + logs.quote(source, secrets))
     elif parsed and source.stream.records == 0:
-        raise CommandFailed(source.stream.no_record_message(source.where))
+        text = source.stream.no_record_message(source.where)
+        raise CommandFailed(
+            redact_output(text, secrets)
+            + logs.quote(source, secrets, skip="stdout" if source.where == "output" else source.where)
+        )
+    elif not parsed and seen == 0 and resume == 0 and _status_written(folder) is None:
+        raise CommandFailed(_no_jsonl_message(folder, spec) + logs.quote(source, secrets))
     return _status(folder, verdict, last_step(folder / METRICS_JSONL))
+
+
+class Inactivity:
+    """How long the program has given no record, against its limit: ``trainer.inactivity_s``
+    at least, and `CADENCE` × the longest gap between its records so far (a slow trainer's
+    own rhythm); 0 turns it off."""
+
+    CADENCE = 10.0
+
+    def __init__(self, floor_s: float) -> None:
+        self.floor_s = floor_s
+        self.last = time.monotonic()
+        self.longest = 0.0
+        self.reported = False
+
+    def saw_record(self) -> None:
+        """The program gave a record now."""
+        now = time.monotonic()
+        if self.reported:
+            self.longest = max(self.longest, now - self.last)
+        self.reported, self.last = True, now
+
+    def limit(self) -> float:
+        """The silence allowed now, in seconds."""
+        return max(self.floor_s, self.CADENCE * self.longest)
+
+    def overdue(self) -> float | None:
+        """The seconds of silence, when past the limit; else None."""
+        if self.floor_s <= 0:
+            return None
+        silent = time.monotonic() - self.last
+        return silent if silent > self.limit() else None
+
+    def message(self, silent: float) -> str:
+        """Why the program was ended."""
+        since = "its last record" if self.reported else "it started"
+        return (
+            f"the trainer gave no record for {silent:.0f} s since {since} and was ended as "
+            f"hung (the inactivity limit: trainer.inactivity_s = {self.floor_s:g} s, or "
+            f"{self.CADENCE:g} × the longest gap between its records, "
+            f"{self.longest:.1f} s so far); raise trainer.inactivity_s if it is only slow "
+            "(0: no limit)"
+        )
+
+
+def _no_jsonl_message(folder: Path, spec: Any) -> str:
+    """Why a program that exited 0 with no record in metrics.jsonl failed: where the job
+    looked, and where a script that moves must write."""
+    cwd = spec.trainer.cwd
+    moved = f" (it ran in {cwd})" if cwd else ""
+    return (
+        f"the trainer command exited without writing a record to {folder / METRICS_JSONL}, "
+        f"where the job looked{moved}: a script that changes its working directory must "
+        "write its records to $STEPSCALE_TRIAL_DIR/metrics.jsonl (or print them: "
+        "trainer.metrics.source: stdout)"
+    )
+
+
+class LogTails:
+    """The end of what the program wrote to the job's own stdout and stderr (the trial's
+    log files, when they are files), since it started: a failure message quotes them
+    (redacted), stderr last — a traceback's error ends the message."""
+
+    READ = 16384  # bytes read from a log's end
+
+    def __init__(self) -> None:
+        self.starts: dict[str, tuple[int, int, int]] = {}  # name → (device, inode, offset)
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                self.starts[name] = (st.st_dev, st.st_ino, st.st_size)
+
+    def _tail(self, name: str) -> list[str]:
+        fd = 1 if name == "stdout" else 2
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return []
+        dev, ino, start = self.starts[name]
+        if (st.st_dev, st.st_ino) != (dev, ino) or st.st_size <= start:
+            return []
+        first = max(start, st.st_size - self.READ)
+        try:  # a log is opened for writing only: read it again through /proc
+            with open(f"/proc/self/fd/{fd}", "rb") as f:
+                f.seek(first)
+                data = f.read(st.st_size - first)
+        except OSError:
+            return []
+        lines = [
+            ln.rstrip("\r").rpartition("\r")[2] for ln in data.decode(errors="replace").split("\n")
+        ]
+        lines = [ln for ln in lines if ln.strip() and not ln.startswith("stepscale: ")]
+        if first > start and lines:
+            lines = lines[1:]  # the first may be cut
+        return lines[-TAIL_LINES[name] :]
+
+    def quote(self, source: Any, secrets: list[str], skip: str | None = None) -> str:
+        """``; its stdout ends: …; its stderr ends: …`` ("" when nothing is known), each
+        stream once (one log file for both is quoted once), a parsed stream's own last lines
+        when its log cannot be read; not ``skip`` (a stream the message quotes already)."""
+        parts = []
+        seen: set[tuple[int, int]] = set()
+        for name in ("stdout", "stderr"):  # stderr last: a traceback's error ends the message
+            if name == skip:
+                continue
+            lines: list[str] = []
+            if name in self.starts and self.starts[name][:2] not in seen:
+                seen.add(self.starts[name][:2])
+                lines = self._tail(name)
+            if not lines and getattr(source, "parsed", False) and source.where == name:
+                lines = list(source.stream.last_lines)[-TAIL_LINES[name] :]
+            if lines:
+                shown = "\n".join(f"    {line[:160]}" for line in lines)
+                parts.append(f"its {name} ends:\n{shown}")
+        text = ("; " + "; ".join(parts)) if parts else ""
+        return redact_output(text, secrets)
 
 
 def _source(spec: Any, proc: subprocess.Popen[bytes], resuming: bool = False) -> Any:
@@ -176,14 +369,6 @@ def _source(spec: Any, proc: subprocess.Popen[bytes], resuming: bool = False) ->
         place = place if place.is_absolute() else Path(spec.trainer.cwd or folder) / place
     pipes = {"stdout": proc.stdout, "stderr": proc.stderr}
     return open_source(metrics, pipes, place, values, resuming)
-
-
-def _last_lines(source: Any) -> str:
-    """The last lines of a parsed output, for a failure message ("" for metrics.jsonl)."""
-    if not source.parsed or not source.stream.last_lines:
-        return ""
-    lines = "\n".join(f"    {line[:200]}" for line in source.stream.last_lines)
-    return f"; the last lines of its {source.where}:\n{lines}"
 
 
 def _signal(proc: subprocess.Popen[Any], sig: int) -> None:
@@ -216,17 +401,3 @@ def _exit_text(code: int) -> str:
         name = signal_name(-code)
         return f"the trainer command was killed by {name}"
     return f"the trainer command exited with code {code}"
-
-
-def _wait(proc: subprocess.Popen[Any], timeout: float) -> None:
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _end(proc: subprocess.Popen[Any], sig: int) -> None:
-    """Stop the program: ``sig``, then SIGKILL if it does not exit within 10 s."""
-    _signal(proc, sig)
-    _wait(proc, 10.0)

@@ -15,6 +15,7 @@ from typing import Any
 
 import submitit
 
+from stepscale.sweeps.job.reaper import end_leftovers
 from stepscale.sweeps.launch.slurm import slurm_job_active
 
 
@@ -28,6 +29,7 @@ class JobHandle:
         self.inline = inline
         self.slot = slot  # the local GPU slot this job holds, if any
         self._outcome: tuple[bool, Any] | None = None
+        self._swept = False  # its leftovers looked for (a local job, once it ended)
         if isinstance(job, submitit.LocalJob):
             # A local job writes its result before its process ends: once it has ended, a
             # missing result will not come (submitit would wait 15 s for it on a shared disk).
@@ -66,6 +68,11 @@ class JobHandle:
         # a moment; the controller's queue knows better. A job with a result has ended.
         if isinstance(self.job, submitit.SlurmJob) and not self.job.paths.result_pickle.exists():
             return not slurm_job_active(self.job.job_id)
+        if isinstance(self.job, submitit.LocalJob) and not self._swept:
+            # A local job killed (its timeout) before it ended its program: what the program
+            # left on this machine goes with it (sweeps.job.reaper).
+            self._swept = True
+            end_leftovers(Path(self.job.paths.folder).parent)
         return True
 
     def outcome(self) -> tuple[bool, Any]:

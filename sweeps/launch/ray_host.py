@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stepscale.sweeps.job.reaper import end_leftovers
 from stepscale.sweeps.launch.workers import WarmJobHandle, WorkerPool
 
 # What a process of a multi-host trial reads to join the others (models.distributed).
@@ -139,6 +140,7 @@ class TrialHost:
         job = self.job
         while not job.done():
             time.sleep(POLL_S)
+        end_leftovers(Path(folder))  # what a killed job's program left on this node
         with self.lock:
             self.job = None
         ok, result = job.outcome()

@@ -34,6 +34,7 @@ import cloudpickle
 
 from stepscale.errors import signal_name
 from stepscale.rundir import JOB_HEARTBEAT
+from stepscale.sweeps.job.reaper import end_leftovers
 
 # Python in the worker, started with `-c` (not `-m`: that would put the working directory
 # first on sys.path).
@@ -142,15 +143,22 @@ class WarmJobHandle:
             if self._outcome is None:
                 code = self.worker.proc.wait()
                 self._outcome = (False, WorkerJobError(_death(code)))
+                self.end_leftovers()  # the job died before it could end its program
             self.worker.job = None
             return True
         why = self._overdue()
         if why is not None:
             self.worker.kill()
+            self.end_leftovers()
             self.worker.job = None
             self._outcome = (False, WorkerJobError(why))
             return True
         return False
+
+    def end_leftovers(self) -> None:
+        """Kill what the trial's program left on this machine when its job was killed
+        (`sweeps.job.reaper.end_leftovers`)."""
+        end_leftovers(self.trial_dir)
 
     def _overdue(self) -> str | None:
         running = time.monotonic() - self.started
@@ -303,5 +311,7 @@ class WorkerPool:
                 w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             if w.alive():
                 w.kill()
+                if w.job is not None:
+                    w.job.end_leftovers()
             w.conn.close()
         self.workers = []

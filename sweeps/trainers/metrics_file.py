@@ -7,11 +7,40 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from stepscale.files import write_text_atomic
 from stepscale.reporters import dumps
+
+READ_CAP = 4 * 2**20  # the most one read of a followed file takes (the rest comes next time)
+MAX_RECORD_BYTES = 8 * 2**20  # a metrics.jsonl line longer than this is no record
+
+
+class UnreadableSource(ValueError):
+    """A followed file that is not a regular file (a FIFO, a device, a symlink to
+    ``/dev/zero``): it could block the job or never end, so it is refused."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "not a regular file"
+        )
+        super().__init__(
+            f"the metrics source {path} is {kind}, not a regular file: refused (it could "
+            "block the job or never end); the script must write its metrics to a file"
+        )
+        self.path = path
 
 
 class MalformedRecord(ValueError):
@@ -60,20 +89,25 @@ def parse_record(line: str, lineno: int) -> dict[str, Any]:
 
 
 def read_appended(
-    path: Path, inode: int | None, offset: int, limit: int = -1
+    path: Path, inode: int | None, offset: int, limit: int = READ_CAP
 ) -> tuple[bytes, int, bool] | None:
-    """What was appended to a followed file since ``offset`` (of the file ``inode``):
-    ``(data, inode, restarted)``, at most ``limit`` bytes (-1: all). A file replaced or cut
-    short (a program that resumes and rewrites it) is read from its start, with
-    ``restarted`` true. None while it does not exist."""
+    """What was appended to a followed file since ``offset`` (of the file ``inode``), at
+    most ``limit`` bytes (`READ_CAP` by default) (the rest comes with the next call): ``(data, inode, restarted)``.
+    A file replaced or cut short (a program that resumes and rewrites it) is read from its
+    start, with ``restarted`` true. None while it does not exist; `UnreadableSource` when
+    it is not a regular file (it is opened without blocking and checked before a read)."""
     try:
-        st = os.stat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    restarted = st.st_ino != inode or st.st_size < offset
-    with open(path, "rb") as f:
-        f.seek(0 if restarted else offset)
-        return f.read(limit), st.st_ino, restarted
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableSource(path, st.st_mode)
+        restarted = st.st_ino != inode or st.st_size < offset
+        return os.pread(fd, limit, 0 if restarted else offset), st.st_ino, restarted
+    finally:
+        os.close(fd)
 
 
 class MetricsTail:
@@ -98,6 +132,12 @@ class MetricsTail:
             self.offset, self.lineno, self.partial = 0, 0, b""
         self.offset += len(data)
         *lines, self.partial = (self.partial + data).split(b"\n")
+        if len(self.partial) > MAX_RECORD_BYTES:
+            raise MalformedRecord(
+                self.lineno + 1,
+                self.partial[:200].decode("utf-8", errors="replace"),
+                f"a line longer than {MAX_RECORD_BYTES // 2**20} MiB",
+            )
         records = []
         for raw in lines:
             self.lineno += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -58,7 +59,7 @@ class PipeSource:
         self.where = where
         self.pipe = pipe
         self.out_fd = out_fd
-        self.queue: queue.Queue[list[dict[str, Any]] | MalformedRecord] = queue.Queue()
+        self.queue: queue.Queue[list[dict[str, Any]] | Exception] = queue.Queue()
         self.failed = False  # a record was refused: the output is still copied, not read
         self.thread = threading.Thread(target=self._copy, name=f"stepscale-{where}", daemon=True)
         self.thread.start()
@@ -84,7 +85,8 @@ class PipeSource:
     def _parse(self, read: Any) -> None:
         try:
             records = read()
-        except MalformedRecord as exc:  # refused: the job fails the attempt
+        except Exception as exc:  # refused, or a pattern past its bound: the attempt fails
+            # (the thread goes on copying and draining the pipe, so the program never blocks)
             self.failed = True
             self.queue.put(exc)
             return
@@ -92,14 +94,15 @@ class PipeSource:
             self.queue.put(records)
 
     def read_new(self) -> list[dict[str, Any]]:
-        """Records parsed since the last call (`UnreliableStep` once one was refused)."""
+        """Records parsed since the last call (`UnreliableStep` once one was refused,
+        `PatternTimeout` once a pattern hit its bound)."""
         out: list[dict[str, Any]] = []
         while True:
             try:
                 got = self.queue.get_nowait()
             except queue.Empty:
                 return out
-            if isinstance(got, MalformedRecord):
+            if isinstance(got, Exception):
                 raise got
             out += got
 
@@ -131,6 +134,8 @@ class FileSource:
             st = os.stat(path)
         except FileNotFoundError:
             return
+        if not stat.S_ISREG(st.st_mode):  # never opened: a FIFO would block the job
+            return  # (read_new refuses it)
         self.inode, self.offset = st.st_ino, st.st_size
         self._header_of_earlier_lines()
 

@@ -41,8 +41,20 @@ STUDY_KEYS = ("max_steps", "seed", "target_loss")
 PYTHON = "{python}"  # in a command: the interpreter stepscale runs in
 _FIELDS = {"target", "command", "validate", "config", "keys", "overrides"}
 # What only a command trainer has (docs/trainers.md, "An existing script, unmodified").
-_COMMAND_FIELDS = {"metrics", "args", "cwd", "stop_signal", "stop_grace_s", "resume_args"}
+_COMMAND_FIELDS = {
+    "metrics",
+    "args",
+    "cwd",
+    "stop_signal",
+    "stop_grace_s",
+    "resume_args",
+    "inactivity_s",
+    "secret_env",
+}
 STOP_GRACE_S = 60.0  # how long a signalled program may take to save a checkpoint and exit
+# How long a program may run without giving a record before it is ended as hung (at least;
+# 10 × the longest gap between its records once it has reported): docs/trainers.md.
+INACTIVITY_S = 600.0
 
 
 def canonical_trainer(path: str) -> str:
@@ -68,6 +80,8 @@ class TrainerSpec:
     stop_signal: int = signal.SIGTERM  # sent on prune or stop
     stop_grace_s: float = STOP_GRACE_S  # then SIGKILL
     resume_args: tuple[str, ...] = ()  # added when the trial already has records
+    inactivity_s: float = INACTIVITY_S  # no record for this long (at least): hung (0: no limit)
+    secret_env: tuple[str, ...] = ()  # environment variables whose values are never quoted
 
 
 def trainer_identity(value: Any) -> dict[str, Any]:
@@ -171,6 +185,20 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
     grace = value.get("stop_grace_s", STOP_GRACE_S)
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
         raise UsageError(f"trainer.stop_grace_s: expected seconds ≥ 0, got {grace!r}")
+    inactivity = value.get("inactivity_s", INACTIVITY_S)
+    if inactivity is None:
+        inactivity = 0.0
+    if isinstance(inactivity, bool) or not isinstance(inactivity, int | float) or inactivity < 0:
+        raise UsageError(
+            f"trainer.inactivity_s: expected seconds ≥ 0 (0 or null: no limit), got {inactivity!r}"
+        )
+    secret_env = value.get("secret_env") or []
+    if isinstance(secret_env, str):
+        secret_env = [secret_env]
+    if not isinstance(secret_env, list) or not all(isinstance(n, str) for n in secret_env):
+        raise UsageError(
+            f"trainer.secret_env: expected a list of environment variable names, got {secret_env!r}"
+        )
     return TrainerSpec(
         COMMAND,
         command=tuple(argv),
@@ -180,6 +208,8 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
         stop_signal=_signal(value.get("stop_signal")),
         stop_grace_s=float(grace),
         resume_args=tuple(resume_args),
+        inactivity_s=float(inactivity),
+        secret_env=tuple(secret_env),
         **common,
     )
 
