@@ -230,7 +230,9 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         text = source.stream.no_record_message(source.where)
         raise CommandFailed(
             redact_output(text, secrets)
-            + logs.quote(source, secrets, skip="stdout" if source.where == "output" else source.where)
+            + logs.quote(
+                source, secrets, skip="stdout" if source.where == "output" else source.where
+            )
         )
     elif not parsed and seen == 0 and resume == 0 and _status_written(folder) is None:
         raise CommandFailed(_no_jsonl_message(folder, spec) + logs.quote(source, secrets))
