@@ -17,7 +17,7 @@ from stepscale.errors import UsageError
 from stepscale.reporters import dumps
 from stepscale.sweeps.trainers.arg_styles import flat_config
 from stepscale.sweeps.trainers.line_formats import EVAL_LOSS
-from stepscale.sweeps.trainers.metrics_file import MalformedRecord, parse_record
+from stepscale.sweeps.trainers.metrics_file import MalformedRecord, UnreadableSource, parse_record
 from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.sweeps.trainers.spec import COMMAND, TrainerSpec
 from stepscale.sweeps.trainers.suggest import read_file, suggest
@@ -40,7 +40,7 @@ def check_sample_log(trainer: TrainerSpec, path: str) -> int:
     else:
         try:
             records, stream = read_file(spec, place, settings)
-        except (MalformedRecord, PatternTimeout) as exc:  # as a trial's attempt would fail
+        except (MalformedRecord, PatternTimeout, UnreadableSource) as exc:  # as a trial's would
             raise UsageError(f"--sample-log {path}: {exc}") from None
         except OSError as exc:
             raise UsageError(f"--sample-log: cannot read {path}: {exc.strerror}") from None

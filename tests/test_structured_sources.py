@@ -133,14 +133,15 @@ def test_a_json_document_rewritten_in_place_gives_each_entry_once(tmp_path: Path
 
 
 def test_an_endless_source_is_refused_not_read(tmp_path: Path) -> None:
+    from stepscale.sweeps.trainers.metrics_file import UnreadableSource
     from stepscale.sweeps.trainers.output_sources import FileSource
 
     (tmp_path / "metrics.csv").symlink_to("/dev/zero")
     spec = read_metrics({"source": "metrics.csv", "format": "csv"})
-    with pytest.raises(UnreliableStep, match="is not a regular file"):
+    with pytest.raises(UnreadableSource, match="is a character device, not a regular file"):
         FileSource(spec, tmp_path / "metrics.csv").read_new()
     (tmp_path / "events.out.tfevents.1.x").symlink_to("/dev/zero")
     source = TensorBoardSource(tb_spec(), tmp_path, RecordStream(tb_spec()))
     source.files = {}
-    with pytest.raises(UnreliableStep, match="is not a regular file"):
+    with pytest.raises(UnreadableSource, match="is a character device, not a regular file"):
         source.read_new()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stepscale.sweeps.trainers.line_formats import STEP, MetricsSpec, number
+from stepscale.sweeps.trainers.metrics_file import UnreadableSource
 from stepscale.sweeps.trainers.record_stream import RecordStream
 from stepscale.sweeps.trainers.step_checks import UnreliableStep
 from stepscale.sweeps.trainers.tfevents import EventFileError, records, scalars
@@ -28,17 +29,14 @@ READ_LIMIT = 4 * 1024 * 1024  # bytes of one event file read at one poll
 
 
 def check_regular(path: Path) -> None:
-    """Refuse a source that is not a regular file (a device, a pipe: endless or unseekable)."""
+    """Refuse a source that is not a regular file (a device, a pipe: endless or unseekable)
+    with `UnreadableSource`, as a followed metrics.jsonl is refused."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return
     if not stat.S_ISREG(mode):
-        raise UnreliableStep(
-            f"trainer.metrics.source {path} is not a regular file (a device or a pipe is "
-            "refused: it may never end)",
-            [],
-        )
+        raise UnreadableSource(path, mode)
 
 
 class TensorBoardSource:
