@@ -37,7 +37,7 @@ from stepscale.sweeps.trainers.output_sources import (
     PipeSource,
     final_records,
 )
-from stepscale.trainer import FINAL_STATES, Action
+from stepscale.trainer import ENV_RESUME_STEP, FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
 
@@ -101,7 +101,8 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     proc = subprocess.Popen(
         command_line(spec, resuming),
         cwd=trainer.cwd or folder,
-        env=os.environ.copy(),
+        # A script that cannot resume restarts from step 0, and is told so.
+        env={**os.environ, ENV_RESUME_STEP: str(resume if resuming else 0)},
         stdout=subprocess.PIPE if where == "stdout" else sys.stdout,
         stderr=subprocess.PIPE if where == "stderr" else sys.stderr,
     )
