@@ -4,7 +4,8 @@
 
 The `sweep` command table registers :func:`report_arguments` and runs :func:`command`;
 :func:`run_report` returns a small JSON-ready summary or raises `UsageError` (missing run
-dir, no trials, unreadable files, bad targets: exit 2). Importing this module is cheap
+dir, no trials, unreadable files, bad targets: exit 2); the command prints what it wrote and,
+as its last line, the page to open (``--json``: the summary). Importing this module is cheap
 (registering the command does not load xarray or matplotlib).
 """
 
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Any
 
 from stepscale.cli.exit_codes import out_of_memory
 from stepscale.errors import UsageError
 
-__all__ = ["command", "report_arguments", "run_report"]
+__all__ = ["command", "report_arguments", "run_report", "summary_text"]
 
 
 def report_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,6 +44,12 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where a comparison of several run dirs is written (index.html, report.md, "
         "comparison.json, figures/); required with two or more RUN_DIRs",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print what was written (the report dir, its files and figures) as JSON instead "
+        "of the page to open",
     )
     p.add_argument(
         "--target",
@@ -82,10 +90,30 @@ def run_report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def command(args: argparse.Namespace) -> int:
-    """`sweep report`: write the report (or comparison) and print its summary as JSON."""
+    """`sweep report`: write the report (or comparison); print what it wrote, ending with the
+    page to open (``report: DIR/index.html``), or (``--json``) the listing as JSON."""
     import json
 
     with out_of_memory("not enough memory for the report; run it on a machine with more memory"):
         result = run_report(args)
-    print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    if getattr(args, "json", False):
+        print(json.dumps(result, indent=2, sort_keys=True, default=str))
+        return 0
+    print(summary_text(result))
     return 0
+
+
+def summary_text(result: dict[str, Any]) -> str:
+    """What a person reads after `sweep report`: what was written, then the page to open
+    as the last line."""
+    folder = Path(str(result["report_dir"]))
+    files = result.get("files") or []
+    if "studies" in result:  # a comparison
+        studies = ", ".join(map(str, result["studies"]))
+        what = f"wrote the comparison of {studies}"
+    else:
+        what = f"wrote the report of {result.get('n_trials', 0)} trials"
+        if result.get("partial"):
+            what += " (partial: the study is still running or did not end)"
+    lines = [f"{what}: {len(files)} files in {folder}/", f"report: {folder / 'index.html'}"]
+    return "\n".join(lines)

@@ -35,6 +35,7 @@ from stepscale.sweeps.study.space import build_space
 from stepscale.sweeps.study.storage import check_storage, open_storage, resolve
 from stepscale.sweeps.study.validate import (
     check_grid,
+    check_horizon_set_once,
     check_sizes,
     check_storage_place,
     check_study,
@@ -83,6 +84,7 @@ def run_study(
     check_study(cfg)
     check_launch(cfg, detach=detach)
     trainer, settable = study_trainer(cfg, config_dir)
+    check_horizon_set_once(cfg, trainer)
     if sample_log is not None:
         from stepscale.cli.sample_log import check_sample_log
 

@@ -156,6 +156,19 @@ def test_an_unreachable_address_exits_2_naming_it(
     assert time.monotonic() - start < 30 and not (tmp_path / "r").exists()
 
 
+def test_a_dead_actor_waits_for_rays_health_check_window() -> None:
+    """A dead actor whose node still looks alive is classified once Ray's health checks
+    would have declared its node dead: period × failure threshold + one timeout, + 5 s."""
+    _need_ray()
+    from ray._raylet import Config
+
+    from stepscale.sweeps.launch.ray_pool import node_death_window_s
+
+    window = Config.health_check_period_ms() * Config.health_check_failure_threshold()
+    assert node_death_window_s() == (window + Config.health_check_timeout_ms()) / 1000 + 5
+    assert node_death_window_s() == 30.0  # Ray's defaults: 3 s × 5 + 10 s, + 5 s
+
+
 # ------------------------------------------------------------------- on the cluster
 
 

@@ -166,6 +166,8 @@ for arg in sys.argv[1:]:
     key, val = arg[2:].split("=", 1)
     globals()[key] = int(val) if key == "fail_at" else val == "True"
 attempt = int(os.environ["STEPSCALE_ATTEMPT"])
+with open(os.path.join(os.environ["STEPSCALE_TRIAL_DIR"], "resume_step.txt"), "a") as f:
+    f.write(os.environ["STEPSCALE_RESUME_STEP"] + "\\n")  # where stepscale says it resumes
 start = 10 if resume else 0  # its own checkpoint is at step 10
 print("resumed from 10" if resume else "from scratch")
 for step in range(start, 21, 5):
@@ -232,10 +234,13 @@ def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
     assert status["state"] == "complete" and status["steps_done"] == 20
     losses = [r["eval_loss"] for r in read_jsonl(folder / rundir.METRICS_JSONL)]
     events = [e["event"] for e in read_jsonl(folder / rundir.EVENTS_JSONL)]
+    told = (folder / "resume_step.txt").read_text().split()
     if resume_args:  # the records before its checkpoint are kept, the rest replaced
         assert losses == [3.001, 2.501, 2.002, 1.502, 1.002] and events == ["start", "resume"]
+        assert told == ["0", "10"]  # STEPSCALE_RESUME_STEP: the last step recorded
     else:  # no way to resume: it starts again from step 0, its records replace the old ones
         assert losses == [3.002, 2.502, 2.002, 1.502, 1.002] and events == ["start", "start"]
+        assert told == ["0", "0"]  # … and is told it starts from 0
 
 
 # ------------------------------------------------- a stop reaches the script as its signal

@@ -51,7 +51,7 @@ from stepscale.sweeps.trainers.metrics_file import MalformedRecord, UnreadableSo
 from stepscale.sweeps.trainers.output_sources import JsonlSource, final_records, open_source
 from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
-from stepscale.trainer import FINAL_STATES, Action
+from stepscale.trainer import ENV_RESUME_STEP, FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
 # The last lines of each stream a failure quotes (trial.json keeps 2000 characters of it).
@@ -128,7 +128,8 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         stderr=subprocess.STDOUT
         if where == "output"
         else (subprocess.PIPE if where == "stderr" else sys.stderr),
-        **start_marked(folder, dict(os.environ)),
+        # A script that cannot resume restarts from step 0, and is told so.
+        **start_marked(folder, {**os.environ, ENV_RESUME_STEP: str(resume if resuming else 0)}),
     )
     verdict = Action.CONTINUE
     deadline: float | None = None  # when a signalled program is killed

@@ -15,6 +15,10 @@ from stepscale.sweeps.study.samplers import check_pruner, check_sampler, grid_si
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import SearchSpace
 from stepscale.sweeps.study.storage import StorageSpec
+from stepscale.sweeps.trainers.kinds import BuiltinKind
+from stepscale.sweeps.trainers.spec import BUILTIN, TrainerSpec
+
+HORIZONS = ("max_steps", "max_tokens", "max_examples")
 
 # Counts beyond these cannot be meant: Optuna's SQL storages number trials with 32-bit
 # integers, and a million trials of one point is far past any tuning budget.
@@ -171,3 +175,28 @@ def check_transfer(cfg: StudyConfig) -> None:
         )
     if not cfg.nuisance:
         raise UsageError("sampler.transfer: the study has no nuisance parameter to predict")
+
+
+def check_horizon_set_once(cfg: StudyConfig, trainer: TrainerSpec) -> None:
+    """Refuse a parameter (scientific, nuisance, fixed or derived) that sets the trainer's
+    horizon key (the built-in trainer's ``train.max_steps``/``max_tokens``/``max_examples``,
+    a user trainer's ``trainer.keys.max_steps``) while the budget gives the horizon: every
+    trial's horizon would be the budget's, the parameter's value silently replaced. Without
+    a budget horizon (``budget.max_steps=null``) the parameter sets each trial's horizon."""
+    given = [k for k in HORIZONS if getattr(cfg.budget, k) is not None]
+    if not given:
+        return
+    if trainer.kind == BUILTIN:
+        paths = {BuiltinKind.KEYS[k] for k in HORIZONS}
+    else:
+        paths = {trainer.keys["max_steps"]} if "max_steps" in trainer.keys else set()
+    for section in ("scientific", "nuisance", "fixed", "derived"):
+        for name, p in getattr(cfg, section).items():
+            if p.path is not None and p.path in paths:
+                budget = f"budget.{given[0]}={getattr(cfg.budget, given[0])}"
+                raise UsageError(
+                    f"{section}.{name} sets {p.path}, the trials' horizon, which {budget} "
+                    f"also sets for every trial (the budget's would win); give the horizon "
+                    f"once: drop {section}.{name}, or set budget.{given[0]}=null so that "
+                    f"{section}.{name} sets each trial's horizon"
+                )
