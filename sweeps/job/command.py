@@ -37,7 +37,6 @@ from stepscale.sweeps.trainers.output_sources import (
     PipeSource,
     final_records,
 )
-from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
 from stepscale.trainer import FINAL_STATES, Action
 
 POLL_S = 0.02  # how often the job looks for new records while the program runs
@@ -55,6 +54,8 @@ def override_value(value: Any) -> str:
 def placeholder_values(spec: Any) -> dict[str, Any]:
     """What the placeholders of a trial's command name: the trial's config by dotted key,
     ``trial_dir``, ``seed``, ``max_steps`` and ``python``."""
+    from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
+
     values = flat_config(spec.config)
     values |= {
         "trial_dir": placeholder_trial_dir(spec.trial_dir),  # a path without '=' (aliases/)
