@@ -47,6 +47,8 @@ _SLOWEST_FIRST = (
     "test_ray.py",
     "test_study.py",
     "test_workers.py",
+    "test_example_lightning.py",  # a framework's study, killed and resumed (~70 s estimated)
+    "test_example_hf.py",
     "test_faults.py",
     "test_cli_train.py",
     "test_distributed.py",

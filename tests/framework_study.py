@@ -34,7 +34,7 @@ def run_killed_and_resumed(
     args: list[str], cwd: Path, has_checkpoint: Callable[[Path], bool]
 ) -> FrameworkStudy:
     """``sweep run ARGS`` in ``cwd``, SIGKILLed with its process group as soon as a running
-    trial ``has_checkpoint`` (its script's own), then run again to its end."""
+    trial ``has_checkpoint`` (its script's own) and a record, then run again to its end."""
     run_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     started = time.monotonic()
 
@@ -42,7 +42,12 @@ def run_killed_and_resumed(
         if proc.poll() is not None:
             out, err = proc.communicate()
             raise AssertionError(f"sweep ended before a trial checkpointed: {out}{err}")
-        return any(has_checkpoint(t) and running(t) for t in run_dir.glob("trials/*/*"))
+        # a checkpoint and a record: the next run resumes the trial (the job passes the
+        # script its resume_args), from the script's own checkpoint
+        return any(
+            has_checkpoint(t) and running(t) and bool(records(t))
+            for t in run_dir.glob("trials/*/*")
+        )
 
     proc = start_sweep(*args, cwd=cwd)
     try:

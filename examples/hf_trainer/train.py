@@ -5,8 +5,8 @@ A plain Transformers script: its flags are `TrainingArguments` (`--per_device_tr
 and the model's size), parsed by `HfArgumentParser`; the model is built from a `GPT2Config`
 and trained from scratch on character ids (no tokenizer, nothing downloaded); the `Trainer`
 evaluates every `--eval_steps`, saves checkpoints in `--output_dir`, stops early at
-`--target_loss` (a `TrainerCallback`), and a run started again with the same `--output_dir`
-resumes from the newest checkpoint there.
+`--target_loss` (a `TrainerCallback`), and `--resume_from_checkpoint=latest` resumes from the
+newest checkpoint in `--output_dir`.
 
     python train.py --data_path=input.txt.gz --output_dir=out --max_steps=200 \\
         --per_device_train_batch_size=16 --learning_rate=1e-3
@@ -133,10 +133,10 @@ def main() -> None:
         eval_dataset=val,
         callbacks=callbacks,
     )
-    # Resume from the newest checkpoint in output_dir (or --resume_from_checkpoint=PATH;
-    # "latest", as in the diffusers scripts, is the newest one too).
+    # --resume_from_checkpoint=PATH resumes from that checkpoint; "latest" (as in the
+    # diffusers scripts) from the newest one in output_dir, if there is one.
     checkpoint = training_args.resume_from_checkpoint
-    if checkpoint in (None, "latest"):
+    if checkpoint == "latest":
         checkpoint = last_complete_checkpoint(training_args.output_dir)
     if checkpoint is not None:
         print(f"resuming from {checkpoint}")

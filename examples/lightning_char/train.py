@@ -3,9 +3,9 @@
 A plain Lightning script: argparse flags (`--batch_size --learning_rate --max_steps
 --output_dir --val_check_interval …`), a `LightningModule` built from `torch.nn`, trained from
 scratch on character ids of a text file; Lightning's `CSVLogger` writes the losses to
-`<output_dir>/csv/metrics.csv` (a `step` column), a `ModelCheckpoint` keeps `last.ckpt` in
-`<output_dir>/checkpoints/`, and `trainer.fit(..., ckpt_path="last")` resumes from it when a
-run is started again with the same `--output_dir`; `--target_loss` ends training early
+`<output_dir>/csv/version_0/metrics.csv` (a `step` column), a `ModelCheckpoint` keeps `last.ckpt` in
+`<output_dir>/checkpoints/`, and `--ckpt_path=last` (`trainer.fit(..., ckpt_path="last")`)
+resumes from it; `--target_loss` ends training early
 (Lightning's `EarlyStopping(stopping_threshold=…)`).
 
     python train.py --data_path=input.txt.gz --output_dir=out --max_steps=200 \\
@@ -108,7 +108,7 @@ def main() -> None:
     p.add_argument("--n_embd", type=int, default=64)
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
-    p.add_argument("--ckpt_path", default="last", help="resume from: last, a file or none")
+    p.add_argument("--ckpt_path", default=None, help="resume from: last (the newest) or a file")
     p.add_argument(
         "--target_loss",
         type=float,
@@ -174,8 +174,7 @@ def main() -> None:
         default_root_dir=args.output_dir,
         enable_model_summary=False,
     )
-    ckpt_path = None if args.ckpt_path == "none" else args.ckpt_path
-    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    trainer.fit(model, train_loader, val_loader, ckpt_path=args.ckpt_path)
 
 
 if __name__ == "__main__":
