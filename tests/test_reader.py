@@ -353,9 +353,24 @@ def test_a_csv_rewritten_in_place_with_a_new_column_repeats_no_record(tmp_path: 
     source = FileSource(spec, path)
     path.write_text("epoch,step,train_loss\n0,9,3.9\n")
     assert source.read_new() == [{"step": 9, "epoch": 0.0, "train_loss": 3.9}]
-    # Lightning's CSVLogger rewrites the whole file when a metric appears
+    # Lightning's CSVLogger rewrites the whole file when a metric appears: the rows it held
+    # again (with an empty cell), then the new ones — the val loss at the step already given
+    # among them, which is new, not a repeat
     path.write_text("epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n")
-    assert source.read_new() == [{"step": 19, "epoch": 0.0, "train_loss": 3.2}]
+    assert source.read_new() == [
+        {"step": 9, "epoch": 0.0, "val_loss": 3.8},
+        {"step": 19, "epoch": 0.0, "train_loss": 3.2},
+    ]
+    # cut short while it is rewritten, then written again: still nothing repeated
+    path.write_text("")
+    assert source.read_new() == []
+    path.write_text(
+        "epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n0,19,,3.1\n"
+    )
+    assert source.read_new() == [{"step": 19, "epoch": 0.0, "val_loss": 3.1}]
+    # a run that starts again: what differs from the first row on is new
+    path.write_text("epoch,step,train_loss\n0,9,4.0\n")
+    assert source.read_new() == [{"step": 9, "epoch": 0.0, "train_loss": 4.0}]
 
 
 # ------------------------------------------------------------- inside a trial's job

@@ -115,7 +115,9 @@ class PipeSource:
 class FileSource:
     """A file the script writes (a CSV log, a text log), followed as it grows from where it
     ended when the program started (an earlier attempt's lines are not this run's); a
-    file replaced or cut short is read again from its start."""
+    file replaced, cut short or rewritten whole in place is read again from its start, and
+    of it only the records that do not repeat, in order, the ones the file held before
+    (`Replay`)."""
 
     parsed = True
 
@@ -128,8 +130,7 @@ class FileSource:
         self.offset = 0
         self.inode: int | None = None
         self.head = b""  # the file's first line: a file rewritten whole changes it
-        self.given = -1  # the last step given: a file rewritten whole gives them again
-        self.replay = -1  # after a rewrite: records up to this step were given already
+        self.replay = Replay()
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -140,15 +141,16 @@ class FileSource:
         self._header_of_earlier_lines()
 
     def _header_of_earlier_lines(self) -> None:
-        """Read the lines already there without keeping their records (nor checking them:
-        they are an earlier run's): a CSV appended to keeps its header."""
+        """Read the lines already there without giving their records (nor checking them:
+        they are an earlier run's): a CSV appended to keeps its header, and a rewrite that
+        writes them again is known to repeat them."""
         with open(self.path, "rb") as f:
             data = f.read(min(self.offset, READ_LIMIT))
         self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         earlier = self.make_stream()
         earlier.checker.check = lambda *a: None  # type: ignore[method-assign]
         with contextlib.suppress(MalformedRecord):  # an earlier run's lines are not checked
-            earlier.feed(data.decode("utf-8", errors="replace"))
+            self.replay.held(earlier.feed(data.decode("utf-8", errors="replace")))
         self.stream.format = earlier.format
 
     def _rewritten(self) -> bool:
@@ -163,8 +165,8 @@ class FileSource:
             return False
 
     def read_new(self) -> list[dict[str, Any]]:
-        """Records of the lines completed since the last call; of a file rewritten whole,
-        only the records after the last step given."""
+        """Records of the lines completed since the last call; of a file read again from
+        its start, only those that do not repeat what it held."""
         check_regular(self.path)
         rewritten = self._rewritten()
         got = read_appended(self.path, self.inode, 0 if rewritten else self.offset, READ_LIMIT)
@@ -172,27 +174,69 @@ class FileSource:
             return []
         data, self.inode, restarted = got
         if restarted or rewritten:
-            # rewritten in place and longer: the same records and more (a logger that adds
-            # a column); replaced or shorter: a run that starts again
-            self.offset, self.replay = 0, (self.given if rewritten and not restarted else -1)
+            # rewritten in place (a logger that adds a column writes every row again, then
+            # more), replaced or cut short (being rewritten, or a run that starts again):
+            # read again from the start, the rows it held before skipped while they repeat
+            self.offset = 0
             counted = self.stream.records
             self.stream = self.make_stream()  # a new file: a new header, no step yet
             self.stream.records = counted
+            self.replay.start(self.stream)
         data, _ = _split_utf8(data)
         if self.offset == 0:
             self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         self.offset += len(data)
-        records = self.stream.feed(data.decode("utf-8", errors="replace"))
-        if self.replay >= 0:
-            records = [r for r in records if r["step"] > self.replay]
-            if records:
-                self.replay = -1
-        if records:
-            self.given = records[-1]["step"]
-        return records
+        return self.replay.new(self.stream.feed(data.decode("utf-8", errors="replace")))
 
     def finish(self) -> None:
         """The program has exited: its last line counts even without a newline."""
+
+
+class Replay:
+    """The records a followed file held, in order (a fingerprint each), so that when it is
+    read again from its start the rows it repeats are recognised: they are neither given
+    again nor checked again (an earlier attempt's rows up to step 40, then a resumed run's
+    from step 31, are not a step going backwards), and the first row that differs ends the
+    replay — from there the file is new (a run that starts again gives everything)."""
+
+    def __init__(self) -> None:
+        self.keys: list[int] = []  # the fingerprints of the records the file held, in order
+        self.at: int | None = None  # while replaying: the index of the next expected record
+        self.repeated: set[int] = set()  # ids of the records just recognised as repeats
+
+    @staticmethod
+    def key(record: dict[str, Any]) -> int:
+        """A record's fingerprint (a NaN equals a NaN)."""
+        return hash(tuple(sorted((k, "nan" if v != v else v) for k, v in record.items())))
+
+    def held(self, records: list[dict[str, Any]]) -> None:
+        """The file held ``records`` before this run (not given)."""
+        self.keys += [self.key(r) for r in records]
+
+    def start(self, stream: RecordStream) -> None:
+        """The file is read again from its start through ``stream``: its checker sees only
+        the records that do not repeat."""
+        self.at = 0
+        check = stream.checker.check
+
+        def check_new(record: dict[str, Any], lineno: int, text: str) -> None:
+            if self.at is not None:
+                if self.at < len(self.keys) and self.key(record) == self.keys[self.at]:
+                    self.at += 1
+                    self.repeated.add(id(record))
+                    return
+                del self.keys[self.at :]  # the file differs from here: what it held is gone
+                self.at = None
+            check(record, lineno, text)
+
+        stream.checker.check = check_new  # type: ignore[method-assign]
+
+    def new(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Of ``records`` (just read), those that do not repeat; remembered in order."""
+        out = [r for r in records if id(r) not in self.repeated]
+        self.repeated.clear()
+        self.keys += [self.key(r) for r in out]
+        return out
 
 
 def final_records(source: Any) -> list[dict[str, Any]]:
