@@ -364,9 +364,7 @@ def test_a_csv_rewritten_in_place_with_a_new_column_repeats_no_record(tmp_path: 
     # cut short while it is rewritten, then written again: still nothing repeated
     path.write_text("")
     assert source.read_new() == []
-    path.write_text(
-        "epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n0,19,,3.1\n"
-    )
+    path.write_text("epoch,step,train_loss,val_loss\n0,9,3.9,\n0,9,,3.8\n0,19,3.2,\n0,19,,3.1\n")
     assert source.read_new() == [{"step": 19, "epoch": 0.0, "val_loss": 3.1}]
     # a run that starts again: what differs from the first row on is new
     path.write_text("epoch,step,train_loss\n0,9,4.0\n")
