@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,10 @@ class TrialReporter:
         prune: bool = True,
         reported: set[int] | None = None,
         loggers: MetricLoggers | None = None,
+        target: float | None = None,
     ) -> None:
         self.files = files
+        self.target = target
         self.trial = trial
         self.heartbeat = heartbeat
         self.prune = prune
@@ -86,6 +89,8 @@ class TrialReporter:
         if step not in self.reported:  # a resumed job reports again what it redoes
             self.trial.report(float(loss), step)
             self.reported.add(step)
+        if self.target is not None and loss < self.target:
+            return Action.CONTINUE  # it reached the target here: never pruned at this step
         return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
 
     def finish(self, status: dict[str, Any]) -> None:
@@ -110,9 +115,12 @@ def run_info(spec: TrialSpec) -> RunInfo:
     )
 
 
-def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
+def _optuna_trial(
+    spec: TrialSpec, stopping: Callable[[], bool] | None = None
+) -> tuple[Any | None, set[int]]:
     """The trial as Optuna's ``Trial`` (None when nothing is ever pruned) and the steps
-    already reported for it (by earlier jobs of the trial)."""
+    already reported for it (by earlier jobs of the trial). ``stopping``: whether a stop
+    signal came (a pruner waiting for lower-numbered trials then gives up waiting)."""
     if spec.pruner is None:
         return None, set()
     import optuna
@@ -126,7 +134,12 @@ def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
     study = optuna.load_study(
         study_name=spec.study_name,
         storage=storage,
-        pruner=make_pruner(PrunerConfig(**spec.pruner), horizon=spec.horizon),
+        pruner=make_pruner(
+            PrunerConfig(**spec.pruner),
+            horizon=spec.horizon,
+            target=spec.target_loss,
+            stopping=stopping,
+        ),
     )
     reported = set(storage.get_trial(spec.trial_id).intermediate_values)
     return optuna.trial.Trial(study, spec.trial_id), reported
@@ -195,7 +208,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     leader = task_index() == 0
     loggers = MetricLoggers(list(spec.loggers) if leader else [], folder, run_info(spec))
     with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat, loggers:
-        trial, reported = _optuna_trial(spec)
+        trial, reported = _optuna_trial(spec, lambda: stop.received is not None)
         reporter = TrialReporter(
             JsonlReporter(folder),
             trial,
@@ -203,6 +216,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
             prune=spec.prune,
             reported=reported,
             loggers=loggers,
+            target=spec.target_loss,
         )
         try:
             status = _train(spec, reporter, stop)
