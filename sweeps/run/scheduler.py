@@ -343,7 +343,15 @@ class Scheduler:
             settings=settings,
             sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
             loggers=tuple(self.cfg.loggers),
+            no_progress=self._no_progress(),
         )
+
+    def _no_progress(self) -> tuple[float, float] | None:
+        """The rule that ends a trial that cannot learn (budget.no_progress_by), when on."""
+        b = self.cfg.budget
+        if b.no_progress_by is None or self.cfg.objective.target_loss is None:
+            return None
+        return (float(b.no_progress_by), float(b.no_progress_min))
 
     def _grow(self) -> bool:
         """Adaptive batch sizes: decide once every point has finished; points added (by
