@@ -246,10 +246,10 @@ TINY = [
     "conf=ladder_synthetic",
     "scientific.params.values=[100000,400000]",
     "scientific.horizon.values=[2000000,8000000]",
-    "scientific.batch.values=[16,32,64,128]",
+    "scientific.batch.values=[16,32,64,128,256]",
     "budget.trials_per_point=4",
-    "nuisance.eta.low=0.003",
-    "nuisance.eta.high=0.2",
+    "nuisance.eta.low=0.01",
+    "nuisance.eta.high=0.1",
 ]
 
 

@@ -346,7 +346,7 @@ def fit_ladder_laws(
             continue
         if law == "batch":  # a best batch at an end of the grid is a bound, not a B_opt
             use = [o for o in optima if not o.b_at_edge]
-            if len(use) < len(axes) + 2:
+            if len(use) < len(axes) + 1:
                 skipped[law] = (
                     f"B_opt is at an end of the batch grid on {len(optima) - len(use)} of "
                     f"{len(optima)} rungs (a bound, not an optimum): widen the grid"
