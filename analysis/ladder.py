@@ -40,7 +40,7 @@ from stepscale.analysis.fits.records import OMIT, Record
 from stepscale.analysis.load import parameters
 from stepscale.rundir import COMPLETE, HORIZON_TOKENS, MODEL_SIZE, quantity_of
 
-__all__ = ["LadderAnalysis", "analyze_ladder", "is_ladder", "ladder_trials"]
+__all__ = ["LadderAnalysis", "analyze_ladder", "is_ladder", "ladder_trials", "tokens_per_example"]
 
 
 def _axis(ds: xr.Dataset, quantity: str) -> str | None:
@@ -139,7 +139,8 @@ class LadderAnalysis(Record):
         return out
 
 
-def _tokens_per_example(ds: xr.Dataset) -> float:
+def tokens_per_example(ds: xr.Dataset) -> float:
+    """Tokens per element of a batch (the sequence length; 1 when the trials do not say)."""
     t = _floats(ds, "tokens_per_step") / _floats(ds, "examples_per_step")
     t = t[np.isfinite(t) & (t > 0)]
     return float(np.median(t)) if t.size else 1.0
@@ -151,7 +152,7 @@ def analyze_ladder(
     """The ladder's rungs, laws (on every rung), B_crit claim and held-out check."""
     trials, total = ladder_trials(ds)
     unit = dataset_batch_unit(ds)
-    tpe = _tokens_per_example(ds)
+    tpe = tokens_per_example(ds)
     optima = rung_bcrit(trials, rung_optima(trials))
     params_total = {}
     for o in optima:

@@ -151,7 +151,9 @@ def predict_target(
     settings = None
     if devices is not None:
         if "lr" not in preds or "batch" not in preds:
-            raise ValueError("settings need the η* and B_opt laws; the laws given lack one")
+            missing = [k for k in ("lr", "batch") if k not in preds]
+            why = "; ".join(f"{k}: {laws.skipped.get(k, 'not in the laws given')}" for k in missing)
+            raise ValueError(f"the settings need the η* and B_opt laws ({why})")
         settings = trainer_settings(
             preds["lr"].value,
             preds["batch"].value,

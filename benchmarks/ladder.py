@@ -24,6 +24,7 @@ machine's load average. A run dir that exists is resumed (a finished one is read
 
     python benchmarks/ladder.py --task text --seeds 3 [--quick] [--work DIR]
     python benchmarks/ladder.py --task synthetic --seeds 10
+    python benchmarks/ladder.py --run-dirs RUN_DIR … (finished ladders, one per seed)
 """
 
 from __future__ import annotations
@@ -60,9 +61,6 @@ def _load() -> list[float]:
 def text_ladder(seed: int, work: Path, quick: bool) -> tuple[LadderTrials, np.ndarray, float]:
     """Run (or resume) the text ladder of ``seed``; its trials, their trial numbers and the
     wall time of the run."""
-    from stepscale.analysis.ladder import ladder_trials
-    from stepscale.analysis.load import load
-
     conf = "ladder_shakespeare_quick" if quick else "ladder_shakespeare"
     run = work / f"{conf}_seed{seed}"
     start = time.monotonic()
@@ -74,6 +72,15 @@ def text_ladder(seed: int, work: Path, quick: bool) -> tuple[LadderTrials, np.nd
     wall = time.monotonic() - start
     if res.returncode != 0:
         raise SystemExit(f"sweep run failed ({res.returncode}): {res.stderr[-2000:]}")
+    trials, numbers = read_ladder(run)
+    return trials, numbers, wall
+
+
+def read_ladder(run: Path) -> tuple[LadderTrials, np.ndarray]:
+    """A finished ladder's trials and their trial numbers (aligned)."""
+    from stepscale.analysis.ladder import ladder_trials
+    from stepscale.analysis.load import load
+
     ds = load(run)
     trials, _ = ladder_trials(ds)
     from stepscale.rundir import COMPLETE
@@ -81,7 +88,7 @@ def text_ladder(seed: int, work: Path, quick: bool) -> tuple[LadderTrials, np.nd
     done = ds["state"].values == COMPLETE
     numbers = np.asarray(ds["number"].values, dtype=float)[done]
     numbers = numbers[np.isfinite(np.asarray(ds["final_eval_loss"].values, dtype=float)[done])]
-    return trials, numbers, wall
+    return trials, numbers
 
 
 def synthetic_ladder(seed: int, trials_per_point: int = 6) -> tuple[LadderTrials, np.ndarray]:
@@ -171,15 +178,27 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="text: ladder_shakespeare_quick")
     ap.add_argument("--work", type=Path, default=None, help="keep the run dirs here (resumes)")
     ap.add_argument("--n-boot", type=int, default=300)
+    ap.add_argument(
+        "--run-dirs",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="analyse these finished ladders (one per seed) instead of running any",
+    )
     args = ap.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="ladder_bench_"))
+    work = args.work or (
+        Path(".") if args.run_dirs else Path(tempfile.mkdtemp(prefix="ladder_bench_"))
+    )
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONHASHSEED", "0")
     per_variant: dict[str, list[dict[str, Any]]] = {}
     walls = []
     load_before = _load()
-    for seed in range(args.seeds):
-        if args.task == "text":
+    runs = args.run_dirs or []
+    for seed in range(len(runs) if runs else args.seeds):
+        if runs:
+            t, numbers = read_ladder(runs[seed])
+        elif args.task == "text":
             t, numbers, wall = text_ladder(seed, work, args.quick)
             walls.append(wall)
         else:

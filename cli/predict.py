@@ -142,7 +142,7 @@ def load_laws(args: argparse.Namespace) -> Any:
         return _fit(trials, args, unit, args.tokens_per_example, args.csv)
     path = Path(args.source)
     if path.is_dir():
-        from stepscale.analysis.ladder import _tokens_per_example, ladder_trials
+        from stepscale.analysis.ladder import ladder_trials, tokens_per_example
         from stepscale.analysis.load import load
 
         ds = load(path)
@@ -152,7 +152,7 @@ def load_laws(args: argparse.Namespace) -> Any:
             raise UsageError(f"{path}: {exc}") from None
         from stepscale.analysis.dataset import dataset_batch_unit
 
-        return _fit(trials, args, dataset_batch_unit(ds), _tokens_per_example(ds), str(path))
+        return _fit(trials, args, dataset_batch_unit(ds), tokens_per_example(ds), str(path))
     if not path.is_file():
         raise UsageError(f"{path}: no such run dir or laws file")
     try:

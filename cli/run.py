@@ -180,7 +180,8 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
     from stepscale.analysis.load import RunDirError, load
 
     try:
-        h = headline(analyze(load(run_dir)))
+        a = analyze(load(run_dir))
+        h = headline(a)
     except (RunDirError, ValueError) as exc:
         return None, [f"no answer computed: {exc}"]
     except Exception as exc:  # the study finished: an analysis bug must not hide that
@@ -188,7 +189,10 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
             f"no answer computed ({type(exc).__name__}: {exc}); "
             f"`sweep report {shlex.quote(str(run_dir))}` shows what the analysis finds"
         ]
-    return h.to_dict(), h.lines()
+    lines = h.lines()
+    if a.ladder is not None:  # a ladder: has it predicted? (its largest rung held out)
+        lines.append(a.ladder.holdout.sentence())
+    return h.to_dict(), lines
 
 
 def _render_report(run_dir: Path) -> str | None:

@@ -49,6 +49,7 @@ FIT_STEPS = ("fit", "steps", "--csv", "{i}/t.csv", "--batch-col", "b", "--steps-
 FIT_HP = ("fit", "hparams", "--csv", "{i}/hp.csv", "--loss-col", "loss", "--hparams", "lr")
 BRANCH = ("branch", "{i}/study")
 REPLAY = ("replay", "{i}/study")
+PREDICT = ("predict", "--csv", "{i}/hp.csv")
 IMPORT = ("import", "{i}/space.json", "--format", "stepscale")
 SLURM = (*SMOKE, "launcher=slurm")
 INT_PARAM = "+nuisance.warm={path: schedule.warmup_steps, type: int, low: 0, high: 10"
@@ -495,6 +496,19 @@ CLASSES["meaning"] = {
     "fit hparams --n-boot 10**12": case(
         *FIT_HP, "--by", "batch", "--n-boot", str(10**12), says="--n-boot"
     ),
+    "predict: a negative N": case(*PREDICT, "--n", "-1", "--d", "1e9", "--devices", "8", says="--n"),
+    "predict: a non-finite D": case(*PREDICT, "--n", "1e8", "--d", "inf", "--devices", "8", says="--d"),
+    "predict: zero devices": case(*PREDICT, "--n", "1e8", "--d", "1e9", "--devices", "0", says="--devices"),
+    "predict: a study that is no ladder": case(
+        "predict", "{i}/study", "--n", "1e8", "--d", "1e9", "--devices", "8", says="not a ladder"
+    ),
+    "predict: no such source": case(
+        "predict", "{i}/nope", "--n", "1e8", "--d", "1e9", "--devices", "8", says="no such run dir"
+    ),
+    "predict: a JSON that holds no laws": case(
+        "predict", "{i}/listed/study.json", "--n", "1e8", "--d", "1e9", "--devices", "8",
+        says="not a ladder's laws",
+    ),
 }  # fmt: skip
 
 # Inputs that used to end in a traceback.
@@ -558,7 +572,7 @@ CASES: dict[str, Case] = {
 }
 SUBCOMMANDS = (
     "run", "train", "status", "report", "replay", "branch", "stop", "import", "export",
-    "fit", "list",
+    "fit", "list", "predict",
 )  # fmt: skip
 
 

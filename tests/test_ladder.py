@@ -246,10 +246,10 @@ TINY = [
     "conf=ladder_synthetic",
     "scientific.params.values=[100000,400000]",
     "scientific.horizon.values=[2000000,8000000]",
-    "scientific.batch.values=[16,32,64,128]",
+    "scientific.batch.values=[16,32,64,128,256]",
     "budget.trials_per_point=4",
-    "nuisance.eta.low=0.003",
-    "nuisance.eta.high=0.2",
+    "nuisance.eta.low=0.01",
+    "nuisance.eta.high=0.1",
 ]
 
 
@@ -261,6 +261,7 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     assert "N params" in dry.stdout and "400000" in dry.stdout  # N and D of every point
     done = run_sweep("run", *TINY, f"run_dir={run}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "Has it predicted? Yes" in done.stdout + done.stderr  # the answer at the end
     status = run_sweep("status", str(run), cwd=tmp_path)
     assert "N params" in status.stdout and "8000000" in status.stdout.replace(",", "")
     rep = run_sweep("report", str(run), cwd=tmp_path)

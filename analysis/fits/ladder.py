@@ -344,6 +344,14 @@ def fit_ladder_laws(
         if law == "bcrit" and not use:
             skipped[law] = "no rung has a B_crit (3 or more batch sizes reaching its target)"
             continue
+        if law == "batch":  # a best batch at an end of the grid is a bound, not a B_opt
+            use = [o for o in optima if not o.b_at_edge]
+            if len(use) < len(axes) + 1:
+                skipped[law] = (
+                    f"B_opt is at an end of the batch grid on {len(optima) - len(use)} of "
+                    f"{len(optima)} rungs (a bound, not an optimum): widen the grid"
+                )
+                continue
         y = [
             {"lr": o.lr_opt, "batch": o.b_opt, "loss": o.loss_opt, "bcrit": o.b_crit}[law]
             for o in use
@@ -553,7 +561,8 @@ def holdout_check(
     b_pred = b_law.predict(**{a: at[a] for a in b_law.regressors}) if b_law else None
     l_law = laws.laws.get("loss")
     l_pred = l_law.predict(**{a: at[a] for a in l_law.regressors}) if l_law else None
-    b_use = b_pred.value if b_pred is not None else target.b_opt
+    # without a B_opt law, the largest fitted rung's B_opt (never the held-out rung's own)
+    b_use = b_pred.value if b_pred is not None else rest[-1].b_opt
     loss_pred, ext = loss_at(trials, target.n, target.d, b_use, lr_pred.value)
     smallest = optima[0]
     loss_small, _ = loss_at(trials, target.n, target.d, smallest.b_opt, smallest.lr_opt)
