@@ -648,6 +648,8 @@ def test_hydra_ranges_are_written_as_the_plugin_reads_them(rich_dir: Path) -> No
 
 
 def test_optuna_export_loads_with_optuna_and_matches_the_study_space(rich_dir: Path) -> None:
+    from stepscale.sweeps.trainers.kinds import study_trainer
+
     for study, doc in all_docs(rich_dir).items():
         out = json.loads(export_space(doc, "optuna")[0])
         for spec in out.values():
@@ -655,7 +657,8 @@ def test_optuna_export_loads_with_optuna_and_matches_the_study_space(rich_dir: P
             od.json_to_distribution(json.dumps(spec))
         config_dir = rich_dir if study == "rich" else None
         _, cfg, _ = prepare_study([f"conf={study}"], str(config_dir) if config_dir else None)
-        space = build_space(cfg)
+        # the keys the study's own trainer may set (a Python-function trainer's: its config)
+        space = build_space(cfg, study_trainer(cfg, str(config_dir) if config_dir else None)[1])
         first = space.points[0].label  # adamw: the base ranges
         expected = space.distributions(first)
         assert set(out) == set(expected), study

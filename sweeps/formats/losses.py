@@ -18,6 +18,7 @@ _FIELDS = (
     "values",
     "value",
     "unit",
+    "quantity",
     "description",
     "conditional",
 )
