@@ -29,7 +29,6 @@ from typing import Any
 
 from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
-from stepscale.analysis.fits.seed_part import SEED_SETTLED, SeedPart, seed_part
 from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
@@ -193,10 +192,6 @@ class GroupHeadline(Record):
     # B_crit at the study's other targets whose S(B) fit is well-posed and determined:
     # (target, B_crit, low, high), hardest target first
     at_targets: tuple[tuple[float, float, float, float], ...] = ()
-    # the training seed's part (analysis.fits.seed_part; None: no confirm seeds): ``ci`` is
-    # then the fit's interval (``fit_ci``) and the seed's joined
-    fit_ci: tuple[float, float] | None = None
-    seed_part: SeedPart | None = None
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Determined and why not before the best point (empty texts as null); the per-point
@@ -251,10 +246,9 @@ class Headline(Record):
             if not g.determination.determined:
                 return f"{prefix}B_crit{at}: {NOT_DETERMINED} — {g.determination.reason} ({basis})"
             lo, hi = g.ci
-            seed = f", {g.seed_part.text()}" if g.seed_part is not None else ""
             return (
                 f"{prefix}B_crit{at} = {sig(g.value)} {self.batch_unit} "
-                f"(95% interval {sig(lo)}–{sig(hi)}{seed}; {basis})"
+                f"(95% interval {sig(lo)}–{sig(hi)}; {basis})"
             )
         basis = f"rests on {g.n_points} points, {trials}"
         if not g.determination.determined:
@@ -289,8 +283,6 @@ class Headline(Record):
                     f"< {t:g}: {sig(v)} ({sig(lo)}–{sig(hi)})" for t, v, lo, hi in g.at_targets
                 ]
                 out.append(f"  {pre}B_crit at other targets: {'; '.join(parts)}")
-        if self.kind == "b_crit":
-            out += [line for g in self.groups if (line := _seed_line(g))]
         if self.learning.points:
             out.append(self.learning.line())
         return out
@@ -307,19 +299,6 @@ class Headline(Record):
                 "max_exponent_width": MAX_EXPONENT_WIDTH,
             }
         }
-
-
-def _seed_line(g: GroupHeadline) -> str:
-    """A line when the answer is not settled across training seeds (docs/report.md);
-    without confirm seeds the report's health check says the seed's part is not measured."""
-    if not g.determination.determined or g.seed_part is None or g.seed_part.settled:
-        return ""
-    pre = "" if g.group == "all" else f"{g.group}: "
-    lo, hi = g.seed_part.ci
-    return (
-        f"  {pre}NOT SETTLED ACROSS SEEDS: the training seed alone moves B_crit ×/÷ "
-        f"{math.sqrt(hi / lo):.2f} (more than {SEED_SETTLED:g}); the interval includes it"
-    )
 
 
 def _group_trials(a: StudyAnalysis, group: str) -> int:
@@ -364,20 +343,16 @@ def headline(a: StudyAnalysis) -> Headline:
                 )
                 continue
             problem = g.problem_at(a.target)
-            fit_ci = (float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1]))
-            seed = seed_part(fit, g.seeds)
             groups.append(
                 GroupHeadline(
                     g.group,
                     fit.b_crit,
-                    seed.joint_ci if seed is not None else fit_ci,
+                    (float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])),
                     fit.n_points,
                     n_trials,
                     steps_fit_determination(fit),
                     warnings=tuple(fit.warnings) + ((problem,) if problem else ()),
                     at_targets=_other_targets(g, a.target),
-                    fit_ci=fit_ci,
-                    seed_part=seed,
                 )
             )
     else:

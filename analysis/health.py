@@ -8,12 +8,7 @@ have been told so?
 - **interval**: the 95% interval of B_crit spans more than a factor 3;
 - **trials per point**: the replay (:mod:`analysis.replay`) of random subsets of K trials
   per point moves B_crit by more than the stated precision (median error 15%) for every
-  K below the study's trials per point: the study may have too few to claim it;
-- **training seed**: the study's confirm seeds (each batch size's best settings at other
-  training seeds) move B_crit by more than a factor 1.25 either way
-  (:mod:`analysis.fits.seed_part`): the answer is not settled across seeds (its interval
-  includes the seed's part); without confirm seeds the check says the seed's part is not
-  measured (the interval is one seed's), without a warning.
+  K below the study's trials per point: the study may have too few to claim it.
 
 Pure functions of the analysis, the Dataset, the search space (space.json) and a replay.
 """
@@ -32,7 +27,6 @@ import xarray as xr
 
 from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.records import Record, as_json
-from stepscale.analysis.fits.seed_part import SEED_SETTLED, seed_part
 from stepscale.analysis.replay import ReplayResult
 from stepscale.analysis.study import StudyAnalysis
 
@@ -205,36 +199,6 @@ def _trials_needed(replay: ReplayResult) -> list[HealthCheck]:
     return out
 
 
-def _training_seed(a: StudyAnalysis) -> list[HealthCheck]:
-    out = []
-    for g in a.groups:
-        fit = g.fit_at(a.target)
-        if fit is None:
-            continue
-        prefix = "" if g.group == "all" else f"{g.group}: "
-        part = seed_part(fit, g.seeds)
-        if part is None:
-            msg = (
-                f"{prefix}not measured: no confirm seeds (budget.confirm_seeds) at two or more "
-                "runs of a batch size, so B_crit's interval is one training seed's and the "
-                "answer is not known to hold at another"
-            )
-            out.append(HealthCheck("training seed", True, msg))  # told, not a warning
-            continue
-        lo, hi = part.ci
-        factor = math.sqrt(hi / lo)
-        msg = (
-            f"{prefix}the training seed alone moves B_crit ×/÷ {factor:.3g} (95%: "
-            f"[{lo:.4g}, {hi:.4g}], σ = {part.sigma:.3g} of log steps over {part.df} degrees "
-            f"of freedom); it is {part.share:.0%} of the joint interval "
-            f"[{part.joint_ci[0]:.4g}, {part.joint_ci[1]:.4g}]"
-        )
-        if not part.settled:
-            msg += f": not settled across seeds (more than ×/÷ {SEED_SETTLED:g}) — more seeds"
-        out.append(HealthCheck("training seed", part.settled, msg))
-    return out
-
-
 def health_checks(
     a: StudyAnalysis,
     ds: xr.Dataset,
@@ -246,7 +210,6 @@ def health_checks(
     if space:
         out.append(_edges(a, ds, space))
     out += _around(a)
-    out += _training_seed(a)
     if replay is not None:
         out += _trials_needed(replay)
     return tuple(out)

@@ -36,21 +36,13 @@ median's interval), wall times and the machine's load. A run dir that
 exists is resumed (a finished one is read, with the wall time it took when it ran). Takes
 tens of minutes per task; ``--quick`` checks the script in a few.
 
-Both errors a user meets: the fast protocol's error against the dense reference at the
-same training seed (``fast``; summarised as ``error_vs_dense_same_training_seed``), and,
-with ``--train-seeds N`` (≥ 5 to mean anything), the spread of its B_crit across N
-training seeds (``seed=K`` with the sampler's seed held at 0: ``train_seed_spread``, each
-seed's B_crit against the dense study's, the median, 10–90% range and the standard
-deviation of log B_crit). A B_crit error smaller than that spread is below what another
-seed would move the answer by.
-
 ``--grid-seeds N`` adds live runs of the plain grid itself (the default study with
 ``--grid-trials`` K per point, by default the K whose replayed compute is nearest the fast
 protocol's), beside its replays: a replay can only pick among the dense study's trials.
 
     python benchmarks/bcrit_efficiency.py --task demo|text [--seeds N] [--dense-trials 24]
-        [--default-seeds 1] [--grid-seeds 0] [--grid-trials K] [--train-seeds 0]
-        [--draws 200] [--work DIR] [--quick]
+        [--default-seeds 1] [--grid-seeds 0] [--grid-trials K] [--draws 200] [--work DIR]
+        [--quick]
 """
 
 from __future__ import annotations
@@ -279,37 +271,6 @@ def live_runs(
     return out
 
 
-def train_seed_spread(
-    work: Path, task: Task, overrides: list[str], seeds: int, dense: dict[str, Any]
-) -> dict[str, Any]:
-    """The fast protocol at training seeds 0 … seeds − 1 (the sampler's seed held at 0):
-    each one's B_crit, and their spread (median, 10–90%, sd of log B_crit)."""
-    rows = []
-    for seed in range(seeds):
-        run_dir = work / f"{task.fast}-train{seed}"
-        wall = run_study(run_dir, task.fast, [f"seed={seed}", "sampler.seed=0", *overrides])
-        ans = study_answer(run_dir, task.target)
-        rows.append(
-            {
-                "train_seed": seed,
-                "b_crit": ans["b_crit"],
-                "b_crit_ci": ans["b_crit_ci"],
-                "ratio_to_dense": ans["b_crit"] / dense["b_crit"],
-                "wall_s": round(wall, 1),
-            }
-        )
-        print(f"{task.fast} train seed {seed}: {json.dumps(rows[-1])}", file=sys.stderr)
-    b = np.array([r["b_crit"] for r in rows], dtype=float)
-    ok = b[np.isfinite(b) & (b > 0)]
-    return {
-        "runs": rows,
-        "median": float(np.median(ok)) if ok.size else math.nan,
-        "q10_q90": [float(x) for x in np.quantile(ok, [0.1, 0.9])] if ok.size else None,
-        "min_max": [float(ok.min()), float(ok.max())] if ok.size else None,
-        "sd_log_b_crit": float(np.std(np.log(ok), ddof=1)) if ok.size >= 2 else math.nan,
-    }
-
-
 def replayed(dense_dir: Path, protocols: list[str], target: float, draws: int) -> list[dict]:
     """The dense study replayed under ``protocols``: compute fraction and B_crit error."""
     from stepscale.analysis.load import load
@@ -399,20 +360,12 @@ def main() -> None:
         help="trials per point of the live plain grid (default: the K whose replayed compute "
         "is nearest the fast protocol's)",
     )
-    ap.add_argument(
-        "--train-seeds",
-        type=int,
-        default=0,
-        help="live runs of the fast protocol at training seeds 0 … N − 1: the seed's spread",
-    )
     ap.add_argument("--draws", type=int, default=200, help="draws of random replays")
     ap.add_argument("--work", type=Path, default=None, help="keep the run dirs here (resumes)")
     ap.add_argument("--quick", action="store_true", help="tiny settings: checks the script")
     args = ap.parse_args()
     if args.grid_seeds < 0 or (args.grid_trials is not None and args.grid_trials < 1):
         ap.error("--grid-seeds must be >= 0 and --grid-trials >= 1")
-    if args.train_seeds < 0:
-        ap.error("--train-seeds must be >= 0")
     task = TASKS[args.task]
     work = args.work or Path(tempfile.mkdtemp(prefix=f"bcrit-efficiency-{args.task}-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -501,11 +454,6 @@ def main() -> None:
             refs,
             label=f"-k{k}",
         ) | {"trials_per_point": k}
-    seed_spread = (
-        train_seed_spread(work, task, fast_over, args.train_seeds, dense)
-        if args.train_seeds
-        else None
-    )
     accept = {key: fast[key] <= limit for key, limit in task.accept.items()} | {
         "no_sign_bias": not fast["sign_test"]["biased_at_0.05"],
         "beats_plain_grid_at_same_compute": fast["error_median"] < beside["random"]["error_median"],
@@ -527,11 +475,6 @@ def main() -> None:
         "dense": dense,
         "default": default,
         "fast": fast,
-        "error_vs_dense_same_training_seed": {
-            "median": fast["error_median"],
-            "p90": fast.get("error_p90"),
-        },
-        "train_seed_spread": seed_spread,
         "plain_grid": grids,
         "plain_grid_at_fast_compute": beside,
         "plain_grid_live": grid_live,

@@ -411,8 +411,6 @@ def test_health_checks_flag_an_optimum_at_a_range_edge_and_too_few_batch_sizes_a
     rep = replay(ds, ["random:2", "random:4"], draws=20)
     checks = {c.name: c for c in health_checks(analyze(ds), ds, space, rep)}
     assert all(c.ok for c in checks.values()), checks
-    # no confirm seeds: the seed's part of B_crit is not measured (said, not warned)
-    assert "not measured: no confirm seeds" in checks["training seed"].message
     # B_crit = 128 has 3 fitted batch sizes on either side; η* is inside [1e-5, 1].
     assert "3 fitted batch size(s) below" in checks["batch sizes around B_crit"].message
     # η*(1024) = 1e-3·8 = 0.008: with a range ending there, that optimum is at its edge.

@@ -32,5 +32,3 @@ class TrialSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
     sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
     loggers: tuple[str, ...] = ()  # metric loggers beside metrics.jsonl (stepscale.loggers)
-    # (fraction of the horizon, least progress toward the target): sweeps.job.no_progress
-    no_progress: tuple[float, float] | None = None

@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,9 @@ from stepscale.loggers import MetricLoggers, RunInfo, flat_params
 from stepscale.reporters import JsonlReporter
 from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, STATUS_JSON, TRAINER_FINAL_STATES
 from stepscale.sweeps.job.heartbeat import JobHeartbeat
-from stepscale.sweeps.job.no_progress import NO_PROGRESS, NoProgressRule, earlier_stop
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.worker_main import ENV_WORKER
-from stepscale.sweeps.trainers.final_status import complete_status, eval_losses
+from stepscale.sweeps.trainers.final_status import complete_status
 from stepscale.sweeps.trainers.kinds import kind_of
 from stepscale.sweeps.trainers.metrics_file import last_step, normalized_records
 from stepscale.trainer import Action
@@ -57,12 +55,8 @@ class TrialReporter:
         prune: bool = True,
         reported: set[int] | None = None,
         loggers: MetricLoggers | None = None,
-        target: float | None = None,
-        no_progress: NoProgressRule | None = None,
     ) -> None:
         self.files = files
-        self.target = target
-        self.no_progress = no_progress
         self.trial = trial
         self.heartbeat = heartbeat
         self.prune = prune
@@ -94,28 +88,12 @@ class TrialReporter:
         self.loggers.log(step, metrics)
         self.heartbeat.step = step
         loss = metrics.get("eval_loss")
-        if loss is None:
+        if self.trial is None or loss is None or step == 0 or loss != loss:
             return Action.CONTINUE
-        if self.no_progress is not None:
-            self.no_progress.seen(step, float(loss))
-        if step == 0 or loss != loss:
-            return Action.CONTINUE
-        if self.trial is not None and step not in self.reported:  # a resumed job reports
-            self.trial.report(float(loss), step)  # again what it redoes
+        if step not in self.reported:  # a resumed job reports again what it redoes
+            self.trial.report(float(loss), step)
             self.reported.add(step)
-        if self.target is not None and loss < self.target:
-            return Action.CONTINUE  # it reached the target here: never pruned at this step
-        if not self.prune:  # confirm seeds run to their end
-            return Action.CONTINUE
-        if self.no_progress is not None and self.no_progress.stops(step):
-            ended = self.no_progress.ended
-            record_event(self.heartbeat.path.parent, NO_PROGRESS, step, **ended)
-            return Action.PRUNE
-        return (
-            Action.PRUNE
-            if self.trial is not None and self.trial.should_prune()
-            else Action.CONTINUE
-        )
+        return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
 
     def finish(self, status: dict[str, Any]) -> None:
         """Write the final status; close the loggers."""
@@ -139,12 +117,9 @@ def run_info(spec: TrialSpec) -> RunInfo:
     )
 
 
-def _optuna_trial(
-    spec: TrialSpec, stopping: Callable[[], bool] | None = None
-) -> tuple[Any | None, set[int]]:
+def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
     """The trial as Optuna's ``Trial`` (None when nothing is ever pruned) and the steps
-    already reported for it (by earlier jobs of the trial). ``stopping``: whether a stop
-    signal came (a pruner waiting for lower-numbered trials then gives up waiting)."""
+    already reported for it (by earlier jobs of the trial)."""
     if spec.pruner is None:
         return None, set()
     import optuna
@@ -158,12 +133,7 @@ def _optuna_trial(
     study = optuna.load_study(
         study_name=spec.study_name,
         storage=storage,
-        pruner=make_pruner(
-            PrunerConfig(**spec.pruner),
-            horizon=spec.horizon,
-            target=spec.target_loss,
-            stopping=stopping,
-        ),
+        pruner=make_pruner(PrunerConfig(**spec.pruner), horizon=spec.horizon),
     )
     reported = set(storage.get_trial(spec.trial_id).intermediate_values)
     return optuna.trial.Trial(study, spec.trial_id), reported
@@ -232,7 +202,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     leader = task_index() == 0
     loggers = MetricLoggers(list(spec.loggers) if leader else [], folder, run_info(spec))
     with StopSignals() as stop, JobHeartbeat(folder, active=leader) as heartbeat, loggers:
-        trial, reported = _optuna_trial(spec, lambda: stop.received is not None)
+        trial, reported = _optuna_trial(spec)
         reporter = TrialReporter(
             JsonlReporter(folder),
             trial,
@@ -240,8 +210,6 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
             prune=spec.prune,
             reported=reported,
             loggers=loggers,
-            target=spec.target_loss,
-            no_progress=_no_progress_rule(spec, folder),
         )
         try:
             status = _train(spec, reporter, stop)
@@ -255,21 +223,7 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     if status is None:
         stop.finish_stop()
         raise AssertionError("unreachable")
-    ended = reporter.no_progress.ended if reporter.no_progress is not None else {}
-    return _final_status(spec, folder, status, ended) if leader else status
-
-
-def _no_progress_rule(spec: TrialSpec, folder: Path) -> NoProgressRule | None:
-    """The rule that ends a trial that cannot learn (None: off), with the evaluations an
-    earlier job of the trial recorded."""
-    if spec.no_progress is None or spec.target_loss is None:
-        return None
-    fraction, least = spec.no_progress
-    rule = NoProgressRule(fraction, least, spec.horizon, float(spec.target_loss))
-    for step, loss in eval_losses(normalized_records(folder / METRICS_JSONL)):
-        rule.seen(step, loss)
-    rule.ended = earlier_stop(folder)  # an earlier job stopped it, then died before its end
-    return rule
+    return _final_status(spec, folder, status) if leader else status
 
 
 def task_index() -> int:
@@ -292,9 +246,7 @@ def _train(spec: TrialSpec, reporter: TrialReporter, stop: StopSignals) -> Any:
     return function(spec.config, reporter, Path(spec.trial_dir))
 
 
-def _final_status(
-    spec: TrialSpec, folder: Path, status: Any, ended: dict[str, Any]
-) -> dict[str, Any]:
+def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
     """The trainer's status checked against the interface and completed from its eval
     losses; written to status.json (and metrics.jsonl cleaned of records a resume redid)."""
     missing = contract.missing_status_keys(status)
@@ -309,14 +261,10 @@ def _final_status(
             f"the trainer's status has state {status['state']!r}; a finished trial is one of "
             f"{', '.join(TRAINER_FINAL_STATES)}"
         )
-    if kind_of(spec.trainer).reports_status:  # the trainer reports every key itself
-        if not ended:
-            return status
-        full = {**status, **ended}  # and the rule that stopped it (sweeps.job.no_progress)
-        JsonlReporter(folder).finish(full)
-        return full
+    if kind_of(spec.trainer).reports_status:
+        return status  # the trainer reports every key itself
     records = normalized_records(folder / METRICS_JSONL, rewrite=True)
-    full = complete_status(status, records, spec.horizon, spec.target_loss) | ended
+    full = complete_status(status, records, spec.horizon, spec.target_loss)
     for key, value in spec.sizes.items():  # what the plan knows of a step, unless said
         full.setdefault(key, value)
     JsonlReporter(folder).finish(full)

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import optuna
 import optuna.distributions as od
 
 from stepscale.errors import UsageError
-from stepscale.sweeps.study.ordered import DeadlinePruner, OrderedPruner
 from stepscale.sweeps.study.schema import PrunerConfig, SamplerConfig
 
 SAMPLERS = ("tpe", "qmc", "random", "grid", "gp")
@@ -78,11 +76,6 @@ def check_sampler(cfg: SamplerConfig) -> None:
             f"sampler.n_startup_trials: must be ≥ 0 (or null: the default), "
             f"got {cfg.n_startup_trials}"
         )
-    if cfg.lag < 0:
-        raise UsageError(
-            f"sampler.lag: must be ≥ 0 (trial n is drawn from trials 0 … n − 1 − lag of its "
-            f"point), got {cfg.lag}"
-        )
     if cfg.name == "gp":
         try:
             import torch  # noqa: F401
@@ -140,35 +133,49 @@ def check_pruner(cfg: PrunerConfig) -> None:
         )
 
 
-def make_pruner(
-    cfg: PrunerConfig,
-    horizon: int | None,
-    target: float | None = None,
-    stopping: Callable[[], bool] | None = None,
-) -> optuna.pruners.BasePruner:
-    """The pruner; resources are optimizer steps. It decides for trial n from its point's
-    trials 0 … n − 1 (`sweeps.study.ordered`), waiting for them while ``stopping`` (the
-    job's stop signal) says no; ``target``: the study's target loss (deadline)."""
-    stop = stopping or (lambda: False)
+def make_pruner(cfg: PrunerConfig, horizon: int | None) -> optuna.pruners.BasePruner:
+    """The pruner; resources are optimizer steps."""
     if cfg.name == "none":
         return optuna.pruners.NopPruner()
     if cfg.name == "deadline":
-        return DeadlinePruner(cfg.deadline_factor, horizon, target, stop)
+        return DeadlinePruner(cfg.deadline_factor, horizon)
     if cfg.name == "median":
-        median = optuna.pruners.MedianPruner(
+        return optuna.pruners.MedianPruner(
             n_startup_trials=cfg.n_startup_trials, n_warmup_steps=cfg.n_warmup_steps
         )
-        return OrderedPruner(median, stop)
     min_resource: Any = cfg.min_resource if cfg.min_resource is not None else "auto"
     if cfg.name == "successive_halving":
-        halving = optuna.pruners.SuccessiveHalvingPruner(
+        return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_resource, reduction_factor=cfg.reduction_factor
         )
-        return OrderedPruner(halving, stop)
-    # Hyperband's brackets read the storage themselves: its decisions can depend on
-    # completion order (docs/science.md).
     return optuna.pruners.HyperbandPruner(
         min_resource=cfg.min_resource or 1,
         max_resource=horizon or "auto",
         reduction_factor=cfg.reduction_factor,
     )
+
+
+class DeadlinePruner(optuna.pruners.BasePruner):
+    """Stop a trial once it has trained ``factor`` × the fewest steps to target of any
+    complete trial of its point (what Optuna was told: a reached target's step; a value
+    above the horizon means not reached). Such a trial cannot become the point's steps to
+    result, so with ``factor`` ≥ 1 the steps to result of the study are those it would
+    have had without pruning; only what the sampler learns from the stopped trials
+    differs. Used with ``stop_at_target`` (a trial that reaches the target ends there)."""
+
+    def __init__(self, factor: float, horizon: int | None) -> None:
+        self.factor = float(factor)
+        self.horizon = horizon
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        """Whether ``trial`` has passed its point's deadline."""
+        step = trial.last_step
+        if step is None:
+            return False
+        limit = self.horizon if self.horizon is not None else float("inf")
+        reached = [
+            t.value
+            for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.value is not None and t.value <= limit
+        ]
+        return bool(reached) and step > self.factor * min(reached)

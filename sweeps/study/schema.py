@@ -128,12 +128,6 @@ class BudgetConfig:
     max_tokens: int | None = None
     max_examples: int | None = None
     confirm_seeds: int = 0
-    # A trial that cannot learn ends early (sweeps.job.no_progress): at its first evaluation
-    # at or after this fraction of its horizon, if its best eval loss has come less than
-    # no_progress_min of the way from its step-0 eval loss to the target, it stops (pruned,
-    # ended_by "no_progress" in status.json). Needs a target loss; null: off.
-    no_progress_by: float | None = 0.1
-    no_progress_min: float = 0.05
 
 
 @dataclass
@@ -158,10 +152,6 @@ class SamplerConfig:
     name: str = "tpe"  # tpe | qmc | random | grid | gp
     seed: int | None = None  # default: the study seed
     n_startup_trials: int | None = None  # tpe/gp: default min(10, trials_per_point // 2)
-    # tpe/gp: trial n of a point is drawn from its finished trials 0 … n − 1 − lag only, and
-    # asked once they have ended (lag + 1 trials of a point at once), so the trials do not
-    # depend on parallelism or completion order (stepscale.sweeps.study.ordered).
-    lag: int = 1
     # Transfer between points (stepscale.sweeps.run.transfer): each point's first trial is the
     # optimum predicted from the points already tuned, and its LR range is narrowed to a
     # factor transfer_width either side of the prediction (never outside the declared range).
