@@ -524,6 +524,7 @@ def _immutable(run_dir: Path, on: bool) -> None:
     """chattr ±i on every folder of ``run_dir``: no file can be made, renamed or removed
     there, even by root (as CI runs) — a run dir that became unwritable."""
     folders = [str(run_dir), *(str(Path(d) / n) for d, ns, _ in os.walk(run_dir) for n in ns)]
+    folders = [f for f in folders if not os.path.islink(f)]  # aliases/: links, not folders
     res = subprocess.run(["chattr", "+i" if on else "-i", *folders], capture_output=True, text=True)
     if res.returncode != 0:
         from servers import skip_or_fail
