@@ -3,8 +3,7 @@ Ray's own multi-node test cluster: one raylet per node, all on this machine).
 
 ``with ray_cluster() as cluster:`` starts a head node with no CPUs (the GCS, the dashboard
 and its job API: the orchestrators connect there) and two worker nodes of one CPU each,
-where trials run; small object stores, Ray's default health checks (a killed node is
-declared dead after ~15 s, as on a real cluster). Its processes start with
+where trials run; small object stores, fast node-death detection. Its processes start with
 the environment a user's shell has (no test-only XLA flags). ``cluster.node_of(pid)`` names
 the worker node a process runs on, ``cluster.kill(node)`` kills that node's raylet and
 everything on it (a preempted VM), ``private_node(...)`` adds a node in a mount namespace
@@ -42,6 +41,14 @@ LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 def use_loopback() -> None:
     """Keep Ray on 127.0.0.1 in this process and its children (call before importing Ray)."""
     os.environ.update(LOOPBACK)
+
+
+# A raylet that stops answering is declared dead after ~1.5 s (Ray's default: ~30 s).
+SYSTEM_CONFIG = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+}
 
 
 def _free_port() -> int:
@@ -122,6 +129,7 @@ def ray_cluster(workers: int = 2) -> Iterator[RayCluster]:
                 "dashboard_host": "127.0.0.1",
                 "dashboard_port": port,
                 "object_store_memory": OBJECT_STORE,
+                "_system_config": SYSTEM_CONFIG,
             },
             shutdown_at_exit=True,
         )
