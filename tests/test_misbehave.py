@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -426,42 +427,13 @@ def test_a_study_of_misbehaving_scripts_finishes_and_leaves_nothing(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("how", "launcher"),
-    [("sweep stop", "local"), ("SIGTERM", "local"), ("Ctrl-C", "local"), ("Ctrl-C", "process")],
+    ("launcher", "hows"),
+    [("local", ["sweep stop", "SIGTERM", "Ctrl-C"]), ("process", ["Ctrl-C"])],
 )
 def test_stopping_the_orchestrator_leaves_no_process_of_the_study(
-    project: tuple[Path, str], how: str, launcher: str
+    tmp_path: Path, launcher: str, hows: list[str]
 ) -> None:
-    root, _ = project
-    marker = f"mark{uuid.uuid4().hex}"
-    run_dir = root / f"stopped-{how.replace(' ', '-')}-{launcher}"
-    args = [
-        "run", "conf=misbehave", "--config-dir", str(root), f"run_dir={run_dir}",
-        "scientific.mode.values=[fork_forever]", f"fixed.marker.value={marker}",
-        "trainer.inactivity_s=0", f"launcher.name={launcher}",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        [SWEEP, *args], cwd=root, env=secret_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)  # the script, its child and its daemon
-        assert proc.poll() is None and len(marked(marker)) >= 3, proc.communicate()
-        if how == "sweep stop":
-            stop = sweep("stop", str(run_dir), cwd=root)
-            assert stop.returncode == 0, stop.stderr
-        elif how == "SIGTERM":
-            os.kill(proc.pid, signal.SIGTERM)
-        else:  # the terminal's Ctrl-C reaches its whole foreground process group
-            os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert none_alive_within(marker, 10) == [], err
+    stop_a_forking_study(tmp_path, tmp_path / "run", [f"launcher={launcher}"], secret_env(), hows)
 
 
 def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, str]) -> None:
@@ -479,12 +451,13 @@ def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, s
 
 
 def stop_a_forking_study(
-    root: Path, run_dir: Path, launcher: list[str], env: dict[str, str], how: str = "sweep stop"
-) -> str:
-    """Run the forking script as a study on ``launcher``, stop it (``how``: `sweep stop` or
-    SIGTERM to the orchestrator) once the script, its child and its daemon run, and return
-    the orchestrator's stderr once it has exited (the cluster tests of test_slurm.py and
-    test_ray.py)."""
+    root: Path, run_dir: Path, launcher: list[str], env: dict[str, str], hows: Sequence[str]
+) -> None:
+    """Run the forking script as a study on ``launcher`` and stop it once the script, its
+    child and its daemon run, once per way in ``hows`` (`sweep stop`, SIGTERM to the
+    orchestrator's pid, Ctrl-C to its process group), the same command again each time
+    (it resumes the stopped trial): 10 s after each stop no process of the study is alive
+    (the cluster tests of test_slurm.py and test_ray.py)."""
     marker = f"mark{uuid.uuid4().hex}"
     (root / "conf").mkdir(exist_ok=True)
     text = STUDY.replace("PATTERN", STEP_PATTERN).replace("MARKER", marker)
@@ -497,30 +470,37 @@ def stop_a_forking_study(
         "scientific.mode.values=[fork_forever]", "trainer.inactivity_s=0", "parallelism=1",
         *launcher,
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 240
-        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert proc.poll() is None and len(marked(marker)) >= 3, proc.communicate()
-        if how == "SIGTERM":
-            os.kill(proc.pid, signal.SIGTERM)
-        else:
-            stop = subprocess.run(
-                [SWEEP, "stop", str(run_dir)], cwd=root, env=env, capture_output=True,
-                text=True, timeout=240,
-            )  # fmt: skip
-            assert stop.returncode == 0, stop.stderr
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert none_alive_within(marker, 10) == [], err
-    return err
+    exits = {"sweep stop": 0, "SIGTERM": 128 + signal.SIGTERM, "Ctrl-C": 128 + signal.SIGINT}
+    for how in hows:
+        proc = subprocess.Popen(
+            [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 240
+            while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert proc.poll() is None and len(marked(marker)) >= 3, (how, proc.communicate())
+            if how == "SIGTERM":
+                os.kill(proc.pid, signal.SIGTERM)
+            elif how == "Ctrl-C":  # the terminal's Ctrl-C reaches its foreground group
+                os.killpg(proc.pid, signal.SIGINT)
+            else:
+                stop = subprocess.run(
+                    [SWEEP, "stop", str(run_dir)], cwd=root, env=env, capture_output=True,
+                    text=True, timeout=240,
+                )  # fmt: skip
+                assert stop.returncode == 0, stop.stderr
+            _, err = proc.communicate(timeout=240)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert none_alive_within(marker, 10) == [], (how, err)
+        assert proc.returncode == exits[how], (how, err)
+        (trial,) = run_dir.glob("trials/*/0/trial.json")
+        record = json.loads(trial.read_text())
+        assert record["state"] == "stopped" and record["attempts"] == 1, (how, record)
 
 
 @pytest.mark.slow

@@ -321,14 +321,15 @@ def _only(run_dir: Path) -> Path:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("how", ["sweep stop", "SIGTERM"])
 def test_a_stopped_command_trainer_study_leaves_no_process_on_the_nodes(
-    tmp_path: Path, cluster: Any, how: str
+    tmp_path: Path, cluster: Any
 ) -> None:
     """A script that forks a child and a double-forked daemon, on Ray's warm workers:
-    `sweep stop`, or SIGTERM to the orchestrator, ends them all (tests/test_misbehave.py
-    runs the same locally)."""
+    Ctrl-C, SIGTERM to the orchestrator and `sweep stop` each end them all within 10 s, the
+    same command resuming the trial in between (tests/test_misbehave.py runs the same
+    locally)."""
     from test_misbehave import stop_a_forking_study
 
     launcher = ["launcher=ray", f"launcher.address={cluster.address}", "launcher.poll_s=0.1"]
-    stop_a_forking_study(tmp_path, tmp_path / "run", launcher, _env(), how)
+    hows = ["Ctrl-C", "SIGTERM", "sweep stop"]
+    stop_a_forking_study(tmp_path, tmp_path / "run", launcher, _env(), hows)

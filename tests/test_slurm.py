@@ -625,8 +625,11 @@ def test_a_submission_sbatch_refuses_leaves_the_trials_queued_for_the_next_run(
 def test_a_stopped_command_trainer_study_leaves_no_process_on_the_node(
     slurm: Path, tmp_path: Path
 ) -> None:
-    """A script that forks a child and a double-forked daemon, on SLURM: `sweep stop` ends
-    them all (tests/test_misbehave.py runs the same locally)."""
+    """A script that forks a child and a double-forked daemon, on SLURM: Ctrl-C, SIGTERM to
+    the orchestrator and `sweep stop` each end them all, the trial job included (the job is
+    scancelled, checkpoints and ends; the same command resumes it), within 10 s
+    (tests/test_misbehave.py runs the same locally)."""
     from test_misbehave import secret_env, stop_a_forking_study
 
-    stop_a_forking_study(tmp_path, tmp_path / "run", SLURM, secret_env())
+    hows = ["Ctrl-C", "SIGTERM", "sweep stop"]
+    stop_a_forking_study(tmp_path, tmp_path / "run", SLURM, secret_env(), hows)

@@ -29,9 +29,9 @@ from stepscale import rundir
 WORKER = "stepscale.sweeps.job.worker_main"
 
 # A Python-function trainer: it runs inside the warm worker. Steps sleep ``sleep_s``; it
-# checkpoints every 2 steps; on request it crashes its process once at ``crash_at``
-# (os._exit) or hangs at ``hang_at`` holding the GIL (a catastrophic regular expression:
-# not even its heartbeat thread runs).
+# checkpoints every 2 steps (after reporting the step); on request it crashes its process
+# once at ``crash_at`` (os._exit) or hangs at ``hang_at`` holding the GIL (a catastrophic
+# regular expression: not even its heartbeat thread runs).
 TRAINER = """\
 import json, os, re, time
 from pathlib import Path
@@ -52,10 +52,12 @@ def main(config, reporter, trial_dir):
             os._exit(1)
         if step == int(config.hang_at):
             re.match(r"(a+)+$", "a" * 64 + "b")
+        action = reporter.report(step, {"eval_loss": 2.0 / (1.0 + float(config.lr) * step)})
+        # after the step's report: a kill between the two would otherwise leave a checkpoint
+        # past the last record, and the resumed run would never report that step
         if step % 2 == 0:
             (trial_dir / "ckpt.tmp").write_text(json.dumps({"step": step}))
             os.replace(trial_dir / "ckpt.tmp", ckpt)
-        action = reporter.report(step, {"eval_loss": 2.0 / (1.0 + float(config.lr) * step)})
         if action is Action.PRUNE:
             return {"state": "pruned", "steps_done": step}
     return {"state": "complete", "steps_done": step}

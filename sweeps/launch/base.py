@@ -88,8 +88,9 @@ class Launcher(ABC):
     child_jobs: ClassVar[bool] = False
     # Jobs asked for in one pass are submitted together (`submit_together`), not one by one.
     submits_together: ClassVar[bool] = False
-    # Jobs go on without their orchestrator (a stop signal leaves them to the next one,
-    # which finds them again with `attach`).
+    # Jobs go on without their orchestrator if it dies (kill -9, its machine, a detached
+    # orchestrator's requeue): the next one finds them again with `attach`. A stop signal
+    # or `sweep stop` cancels them all the same.
     jobs_outlive_orchestrator: ClassVar[bool] = False
     # The orchestrator itself can run as a job of this launcher (`sweep run --detach`).
     can_detach: ClassVar[bool] = False

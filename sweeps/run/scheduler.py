@@ -613,23 +613,26 @@ class Scheduler:
                 self._mark_stopped(run)
 
     def _interrupted(self, grace_s: float = INTERRUPT_GRACE_S) -> None:
-        """A stop signal (Ctrl-C, SIGTERM): local trial jobs are asked to stop too (they
-        may have had the signal already, from the terminal) and given time to checkpoint;
-        a trial that finished meanwhile is recorded as finished, the others as stopped
-        (they resume on the next run). Jobs that outlive their orchestrator (SLURM's) go
-        on and are waited for (or taken over) by the next run."""
-        if self.launcher.child_jobs:
-            for run in self.running.values():
-                run.handle.cancel()
-            deadline = time.monotonic() + grace_s
-            while time.monotonic() < deadline and any(
-                not r.handle.done() for r in self.running.values()
-            ):
+        """A stop signal (Ctrl-C, SIGTERM) to a foreground orchestrator does what `sweep stop`
+        does: every running trial job is asked to stop (local jobs may have had the signal
+        already, from the terminal; SLURM's are scancelled, which they take as SIGTERM) and
+        given ``grace_s`` to checkpoint. A trial that finished meanwhile is recorded as
+        finished, the others as stopped (they resume on the next run). Nothing of the study
+        goes on without its orchestrator: a user who stops it has stopped it. (A detached
+        orchestrator's signals are submitit's: its time limit requeues it and its successor
+        takes over the trial jobs that kept running.)"""
+        for run in self.running.values():
+            run.handle.cancel()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(
+            not r.handle.done() for r in self.running.values()
+        ):
+            if self.launcher.child_jobs:
                 time.sleep(0.05)
+            else:  # a cluster's jobs: ask its controller, not too often
+                time.sleep(0.5)
+                self.launcher.refresh(force=True)
         for trial_id, run in list(self.running.items()):
-            if self.launcher.jobs_outlive_orchestrator:
-                heartbeat.let_go(run.folder)
-                continue
             status = outcomes.final_status(*run.handle.outcome()) if run.handle.done() else None
             if status is not None:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
