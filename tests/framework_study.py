@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from helpers import read_jsonl, run_sweep, start_sweep, trials_of, wait_for
+from helpers import output_of, read_jsonl, run_sweep, start_sweep, trials_of, wait_for
 
 from stepscale import rundir
 from stepscale.files import read_json
@@ -40,7 +40,7 @@ def run_killed_and_resumed(
 
     def killable() -> bool:
         if proc.poll() is not None:
-            out, err = proc.communicate()
+            out, err = output_of(proc)
             raise AssertionError(f"sweep ended before a trial checkpointed: {out}{err}")
         # a checkpoint and a record: the next run resumes the trial (the job passes the
         # script its resume_args), from the script's own checkpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -176,6 +177,21 @@ def start_sweep(*args: str, cwd: Path, env: dict[str, str] | None = None) -> sub
         [SWEEP, *args], cwd=cwd, env={**user_env(), **(env or {})}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+
+
+def output_of(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
+    """What ``proc`` printed, for an assertion's message, without ever waiting unboundedly:
+    a process still running is SIGKILLed first (with its group, when it leads one), and a
+    pipe that something it left behind still holds is read for at most ``timeout`` s."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # not a group leader: the process alone
+            proc.kill()
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "", f"(its output was still held open {timeout} s after it ended)"
 
 
 def reported(folder: Path, step: int) -> bool:

@@ -263,6 +263,7 @@ def text_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
     return rule, fixed, root / "cmp"
 
 
+@pytest.mark.slow  # two studies (three trials each) and their comparison
 def test_the_shrunk_real_text_arms_run_and_the_report_tests_each_batch_size(
     text_arms: tuple[Path, Path, Path],
 ) -> None:

@@ -19,6 +19,7 @@ import pytest
 from helpers import (
     assert_exact_budget,
     optuna_trials,
+    output_of,
     read_jsonl,
     reported,
     run_sweep,
@@ -90,7 +91,7 @@ def wait_while_running(proc: subprocess.Popen[str], predicate, timeout: float = 
 
     def holds() -> bool:
         if proc.poll() is not None:
-            out, err = proc.communicate()
+            out, err = output_of(proc)
             raise AssertionError(f"sweep ended early ({proc.returncode}): {out}{err}")
         return bool(predicate())
 
@@ -433,7 +434,7 @@ def test_two_orchestrators_started_together_on_a_fresh_run_dir_never_fail(
     project: Path,
 ) -> None:
     base = [*ONE_TRIAL[:-1], "trainer.config.steps=2"]
-    for rep in range(10):
+    for rep in range(5):  # five fresh run dirs: the race of two first starts, five times
         run = [*base, f"run_dir=runs/together{rep}"]
         procs = [start_sweep(*run, cwd=project) for _ in range(2)]
         for proc in procs:

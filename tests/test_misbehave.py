@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import read_jsonl
+from helpers import output_of, read_jsonl
 
 from stepscale import rundir
 
@@ -480,7 +480,7 @@ def stop_a_forking_study(
             deadline = time.monotonic() + 240
             while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert proc.poll() is None and len(marked(marker)) >= 3, (how, proc.communicate())
+            assert proc.poll() is None and len(marked(marker)) >= 3, (how, output_of(proc))
             if how == "SIGTERM":
                 os.kill(proc.pid, signal.SIGTERM)
             elif how == "Ctrl-C":  # the terminal's Ctrl-C reaches its foreground group
@@ -524,7 +524,7 @@ def test_a_killed_job_leaves_no_process_of_its_trial(project: tuple[Path, str]) 
         while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         alive = marked(marker)
-        assert proc.poll() is None and len(alive) >= 3, proc.communicate()
+        assert proc.poll() is None and len(alive) >= 3, output_of(proc)
         # the warm worker is the script's parent
         (script,) = [p for p in alive if b"train.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
         worker = int(Path(f"/proc/{script}/stat").read_text().rpartition(")")[2].split()[1])

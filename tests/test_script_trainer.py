@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, trials_of
+from helpers import output_of, read_jsonl, trials_of
 
 from stepscale import rundir
 
@@ -289,7 +289,7 @@ def test_sweep_stop_sends_the_scripts_stop_signal(project: Path) -> None:
             lambda: proc.poll() is not None or (metrics.exists() and len(read_jsonl(metrics)) >= 3),
             120,
         )
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, output_of(proc)
         stop = sweep("stop", str(run_dir), cwd=project)
         assert stop.returncode == 0, stop.stderr
         _, err = proc.communicate(timeout=120)

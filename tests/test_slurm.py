@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import job_events, shadowing_packages
+from helpers import job_events, output_of, shadowing_packages
 from servers.slurm import sacct_state, squeue_ids
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
 
@@ -167,8 +167,7 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        out, err = output_of(proc)
         raise AssertionError(f"sweep run did not finish in {timeout} s:\n{err[-3000:]}") from None
     assert proc.returncode == 0, err[-3000:]
     return out, err

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import TEST_COMPILE_CACHE
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis import load
@@ -218,7 +219,7 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
         "run", "conf=shakespeare_batchsize", "nuisance.lr.low=1e-8", "nuisance.lr.high=2e-8",
         "scientific.batch_size.values=[8,16,32]", "budget.trials_per_point=1",
         "budget.max_steps=20", "nuisance.warmup.high=5", "data.eval_examples=32", "data.eval_batch=32",
-        f"train.compile_cache_dir={tmp_path / 'cache'}", f"run_dir={run_dir}",
+        "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}", f"run_dir={run_dir}",
     ])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
