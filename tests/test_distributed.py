@@ -140,7 +140,12 @@ def test_two_processes_train_like_one_process_with_two_devices(tmp_path: Path) -
         },
         {"run_dir": str(text_dir), "overrides": text_overrides, "crash_at": None},
         # process 0's reporter alone says "prune" (like an Optuna pruner): all must stop
-        {"run_dir": str(tmp_path / "pruned"), "overrides": _base(), "prune_at": 8},
+        # (the first job's config: its compiled programs serve this run too)
+        {
+            "run_dir": str(tmp_path / "pruned"),
+            "overrides": _base(train__sharding="fsdp"),
+            "prune_at": 8,
+        },
     ]
     t0 = time.perf_counter()
     procs = _start_workers(tmp_path, jobs)

@@ -99,6 +99,14 @@ def test_fit_steps_leaves_out_a_batch_size_that_needed_more_steps_than_a_smaller
     assert kept.under_tuned == () and kept.b_crit < 0.8 * 128  # one point tilts the curve
     near = fit_steps(batch, [*steps[:-1], 1.1 * steps[-2]], n_boot=0)
     assert near.under_tuned == () and 1024.0 in near.batch_sizes
+    # with too few batch sizes left, the refusal names the one left out, not only the rest
+    with pytest.raises(ValueError) as refused:
+        fit_steps([16, 64, 256], [300.0, 250.0, 400.0], not_reached=[1024], n_boot=0)
+    assert str(refused.value) == (
+        "fitting S(B) needs at least 3 batch sizes that reached the target; got 2 ([16, 64]), "
+        "not reached: [1024]; left out as under-tuned: 256 (needed 400 steps, more than 1.25× "
+        "the 250 of the smaller 64)"
+    )
 
 
 def test_fit_steps_echoes_reference_batch() -> None:

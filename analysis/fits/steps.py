@@ -306,10 +306,15 @@ def fit_steps(
                 kept.append((bb, ss))
         used = kept
     if len(used) < 3:
+        left_out = "".join(
+            f"; left out as under-tuned: {batch_json(bb)} (needed {ss:.6g} steps, more than "
+            f"{UNDER_TUNED_FACTOR:g}× the {sb:.6g} of the smaller {batch_json(b_small)})"
+            for bb, ss, b_small, sb in under
+        )
         raise ValueError(
             f"fitting S(B) needs at least 3 batch sizes that reached the target; got "
             f"{len(used)} ({[batch_json(b) for b, _ in used]}), not reached: "
-            f"{[batch_json(b) for b in sorted(censored)]}"
+            f"{[batch_json(b) for b in sorted(censored)]}{left_out}"
         )
     bsz = np.array([u[0] for u in used])
     s = np.array([u[1] for u in used])
