@@ -222,7 +222,7 @@ def test_ctrl_c_saves_and_the_same_command_resumes(tmp_path: Path) -> None:
         "train.checkpoint_every=200",
         "train.devices=1",
     ]
-    args.append(f"train.compile_cache_dir={tmp_path / 'cache'}")
+    args.append(f"train.compile_cache_dir={TEST_COMPILE_CACHE}")  # FAST's programs
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
     proc = subprocess.Popen(
         [sweep, *args, f"run_dir={interrupted}"],
