@@ -161,6 +161,7 @@ def test_unreadable_saved_config_exits_2(
     assert code == 2 and "unreadable" in err and "Traceback" not in err
 
 
+@pytest.mark.slow  # two runs of sweep train, the second a program of its own: 18 s
 def test_layout_changes_still_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     assert run_cli(capsys, "train", *FAST, f"run_dir={run_dir}")[0] == 0

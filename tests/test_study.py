@@ -486,6 +486,7 @@ def test_ctrl_c_exits_130_and_the_same_command_finishes_the_study(
     assert_exact_budget(run_dir, "smoke", per_point=3, points=2)
 
 
+@pytest.mark.slow  # a study of 8 trials: 30 s in the fast tier
 def test_confirm_seeds_rerun_the_best_values_with_new_seeds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
