@@ -450,6 +450,23 @@ def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, s
     assert "Traceback" not in res.stderr
 
 
+def start_sweep_until_marked(
+    args: list[str], root: Path, env: dict[str, str], marker: str, timeout: float
+) -> subprocess.Popen[str]:
+    """`sweep ARGS` in a session of its own, once the forking script, its child and its
+    daemon (3 processes with ``marker``) run; its output in the failure if they never do
+    within ``timeout`` seconds."""
+    proc = subprocess.Popen(
+        [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None and len(marked(marker)) >= 3, output_of(proc)
+    return proc
+
+
 def stop_a_forking_study(
     root: Path, run_dir: Path, launcher: list[str], env: dict[str, str], hows: Sequence[str]
 ) -> None:
@@ -472,15 +489,8 @@ def stop_a_forking_study(
     ]  # fmt: skip
     exits = {"sweep stop": 0, "SIGTERM": 128 + signal.SIGTERM, "Ctrl-C": 128 + signal.SIGINT}
     for how in hows:
-        proc = subprocess.Popen(
-            [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, start_new_session=True,
-        )  # fmt: skip
+        proc = start_sweep_until_marked(args, root, env, marker, 240)
         try:
-            deadline = time.monotonic() + 240
-            while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert proc.poll() is None and len(marked(marker)) >= 3, (how, output_of(proc))
             if how == "SIGTERM":
                 os.kill(proc.pid, signal.SIGTERM)
             elif how == "Ctrl-C":  # the terminal's Ctrl-C reaches its foreground group
@@ -515,16 +525,9 @@ def test_a_killed_job_leaves_no_process_of_its_trial(project: tuple[Path, str]) 
         "scientific.mode.values=[fork_forever]", f"fixed.marker.value={marker}",
         "trainer.inactivity_s=0",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        [SWEEP, *args], cwd=root, env=secret_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+    proc = start_sweep_until_marked(args, root, secret_env(), marker, 120)
     try:
-        deadline = time.monotonic() + 120
-        while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
         alive = marked(marker)
-        assert proc.poll() is None and len(alive) >= 3, output_of(proc)
         # the warm worker is the script's parent
         (script,) = [p for p in alive if b"train.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
         worker = int(Path(f"/proc/{script}/stat").read_text().rpartition(")")[2].split()[1])
