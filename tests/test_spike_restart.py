@@ -200,6 +200,40 @@ def test_a_run_killed_mid_restart_resumes_to_the_same_result(
     )
 
 
+def test_after_a_restart_the_pruner_judges_the_new_path_not_the_spike(tmp_path: Path) -> None:
+    """Optuna keeps the first value reported at a step: the abandoned path's evaluations
+    are overwritten as the new path redoes them, and the pruner is not asked while a
+    later one (the spike) still stands. (Pruners that judge a trial at its last reported
+    step, as the deadline pruner and Optuna's threshold pruner do, saw the spike, and the
+    abandoned path's step, until the new path got past it.)"""
+    import optuna
+
+    from stepscale.sweeps.job.heartbeat import JobHeartbeat
+    from stepscale.sweeps.job.trial_job import TrialReporter
+
+    study = optuna.create_study(
+        storage=optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(tmp_path / "journal"))
+        ),
+        pruner=optuna.pruners.ThresholdPruner(upper=3.0),
+    )
+    trial = study.ask()
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    reporter = TrialReporter(JsonlReporter(folder), trial, JobHeartbeat(folder, active=False))
+    reporter.begin(0)
+    verdicts = [reporter.report(step, {"eval_loss": v}) for step, v in ((10, 0.9), (20, 0.95))]
+    assert verdicts == [Action.CONTINUE] * 2
+    assert reporter.report(30, {"eval_loss": 4.0}) == Action.PRUNE  # the spike
+    reporter.rewind(10)  # the restart goes back before it
+    verdicts = [reporter.report(step, {"eval_loss": v}) for step, v in ((20, 0.85), (30, 0.8))]
+    assert verdicts == [Action.CONTINUE] * 2
+    stored = study._storage.get_trial(trial._trial_id).intermediate_values
+    assert stored == {10: 0.9, 20: 0.85, 30: 0.8}
+    assert [r["step"] for r in read_jsonl(folder / "metrics.jsonl")] == [10, 20, 30]
+    assert reporter.report(40, {"eval_loss": 5.0}) == Action.PRUNE  # asked again beyond it
+
+
 def test_restarts_used_up_end_the_run_as_diverged(tmp_path: Path) -> None:
     s = run(config(max_restarts=0), tmp_path)
     assert s["state"] == "diverged" and s["diverged_step"] == POISONED + 1

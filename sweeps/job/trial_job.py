@@ -61,6 +61,8 @@ class TrialReporter:
         self.heartbeat = heartbeat
         self.prune = prune
         self.reported: set[int] = set(reported or ())
+        # evaluations of a path a spike restart abandoned, in Optuna until redone (rewind)
+        self.abandoned: set[int] = set()
         self.loggers = loggers if loggers is not None else MetricLoggers([], files.run_dir, _NO_RUN)
 
     def begin(self, step: int) -> None:
@@ -72,10 +74,14 @@ class TrialReporter:
 
     def rewind(self, step: int) -> None:
         """A spike restart went back to ``step``: its records after it are dropped and
-        logged again (Optuna keeps the first value it got at a step)."""
+        logged again. Optuna keeps the intermediate values of the abandoned path (it cannot
+        delete one): each is overwritten when its step is evaluated again, and until the
+        new path has passed them all the pruner is not asked (it would judge the trial by
+        the spike the restart went around)."""
         self.files.rewind(step)
         self.loggers.rewind(step)
         self.heartbeat.step = step
+        self.abandoned |= {s for s in self.reported if s > step}
 
     def report(self, step: int, metrics: dict[str, Any]) -> Action:
         """Write the record; at evaluations report to Optuna and ask the pruner."""
@@ -90,10 +96,25 @@ class TrialReporter:
         loss = metrics.get("eval_loss")
         if self.trial is None or loss is None or step == 0 or loss != loss:
             return Action.CONTINUE
-        if step not in self.reported:  # a resumed job reports again what it redoes
+        if step in self.abandoned:  # the new path's value replaces the abandoned one
+            self._replace(step, float(loss))
+        elif step not in self.reported:  # a resumed job reports again what it redoes
             self.trial.report(float(loss), step)
             self.reported.add(step)
+        if self.abandoned and step < max(self.abandoned):
+            return Action.CONTINUE  # the abandoned path's later values still stand
+        self.abandoned.clear()
         return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
+
+    def _replace(self, step: int, loss: float) -> None:
+        """Overwrite the intermediate value at ``step`` in the storage (`Trial.report`
+        ignores a step it has), then take the trial afresh from it."""
+        import optuna
+
+        trial_id = self.trial._trial_id  # Optuna's Trial takes it, exposes no public name
+        self.trial.storage.set_trial_intermediate_value(trial_id, step, loss)
+        self.trial = optuna.trial.Trial(self.trial.study, trial_id)
+        self.abandoned.discard(step)
 
     def finish(self, status: dict[str, Any]) -> None:
         """Write the final status; close the loggers."""
