@@ -5,6 +5,7 @@ the kill interrupted."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,15 +34,15 @@ class FrameworkStudy:
 def run_killed_and_resumed(
     args: list[str], cwd: Path, has_checkpoint: Callable[[Path], bool]
 ) -> FrameworkStudy:
-    """``sweep run ARGS`` in ``cwd``, SIGKILLed with its process group as soon as a running
-    trial ``has_checkpoint`` (its script's own) and a record, then run again to its end."""
+    """``sweep run ARGS`` in ``cwd``, SIGKILLed with its process group and its trainers as
+    soon as a running trial ``has_checkpoint`` (its script's own) and a record, then run
+    again to its end. The check that decides the kill is made with every process of the
+    study stopped (SIGSTOP), so what it saw is what the kill leaves: a trainer cannot
+    write a newer checkpoint between the two."""
     run_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     started = time.monotonic()
 
-    def killable() -> bool:
-        if proc.poll() is not None:
-            out, err = output_of(proc)
-            raise AssertionError(f"sweep ended before a trial checkpointed: {out}{err}")
+    def ready() -> bool:
         # a checkpoint and a record: the next run resumes the trial (the job passes the
         # script its resume_args), from the script's own checkpoint
         return any(
@@ -49,16 +50,66 @@ def run_killed_and_resumed(
             for t in run_dir.glob("trials/*/*")
         )
 
+    frozen: list[int] = []
+
+    def killable() -> bool:
+        if proc.poll() is not None:
+            out, err = output_of(proc)
+            raise AssertionError(f"sweep ended before a trial checkpointed: {out}{err}")
+        if not ready():
+            return False
+        frozen[:] = signal_tree(proc.pid, signal.SIGSTOP)
+        if ready():
+            return True
+        signal_each(frozen, signal.SIGCONT)
+        return False
+
     proc = start_sweep(*args, cwd=cwd)
     try:
         wait_for(killable, timeout=300)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the orchestrator, its workers and trainers
+        # the orchestrator, its workers and trainers (each trainer in a group of its own)
+        os.killpg(proc.pid, signal.SIGKILL)
+        signal_each([*frozen, *descendants(proc.pid)], signal.SIGKILL)
         proc.wait()
     interrupted = [t for t in sorted(run_dir.glob("trials/*/*")) if running(t)]
     res = run_sweep(*args, cwd=cwd, timeout=600)
     assert res.returncode == 0, res.stderr
     return FrameworkStudy(run_dir, interrupted, res.stdout, time.monotonic() - started)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children, theirs, …), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def signal_tree(pid: int, sig: signal.Signals) -> list[int]:
+    """Send ``sig`` to ``pid`` and every process below it, parents first, again until no
+    new one appears (a child forked meanwhile); the processes signalled."""
+    sent: list[int] = []
+    while new := [p for p in [pid, *descendants(pid)] if p not in sent]:
+        signal_each(new, sig)
+        sent += new
+    return sent
+
+
+def signal_each(pids: list[int], sig: signal.Signals) -> None:
+    """Send ``sig`` to each of ``pids`` that still exists."""
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
 
 
 def running(trial: Path) -> bool:

@@ -31,9 +31,16 @@ pytestmark = pytest.mark.slow  # lightning comes with the dev extra: CI runs thi
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "lightning_char"
-# Sobol points: the three trials of a point spread over the learning-rate range, so at
-# some point a later trial is slower than an earlier one (and pruned)
-TINY = ["budget.trials_per_point=2", "sampler.name=qmc"]
+# Two learning rates far apart, each tried once at every point (the grid sampler, in an order
+# its seed fixes): where the larger runs first, the smaller is slower and pruned. Two
+# learning rates close together (Sobol points) left the prune to chance: which of them
+# reached the target first moved with the step at which the first trial was killed.
+TINY = [
+    "budget.trials_per_point=2",
+    "sampler.name=grid",
+    "nuisance.lr.type=categorical",
+    "+nuisance.lr.choices=[0.02,0.004]",
+]
 TARGET = 2.75
 EVERY = 10  # val_check_interval = log_every_n_steps = checkpoint_every
 
@@ -48,15 +55,33 @@ def checkpointed(trial: Path) -> bool:
     return (trial / "out" / "checkpoints" / "last.ckpt").is_file()
 
 
+def checkpoint_step(trial: Path) -> int | None:
+    """The optimizer steps done at Lightning's last.ckpt of ``trial`` (None without one)."""
+    import torch  # the dev extra's; only this module needs it
+
+    if not checkpointed(trial):
+        return None
+    try:
+        state = torch.load(trial / "out/checkpoints/last.ckpt", weights_only=False)
+    except (OSError, RuntimeError, EOFError):  # replaced meanwhile
+        return None
+    return int(state["global_step"])
+
+
 def checkpointed_after_its_eval(trial: Path) -> bool:
-    """A checkpoint, and the eval of the last step read: the moment to kill the study.
-    Lightning saves `every_n_train_steps` checkpoints at the end of the training batch,
-    before that step's validation, and a run resumed from one does not validate that step
-    again: killed between the two, the eval is lost with the framework's own process (its
-    CSVLogger starts the file again on resume), whatever reads it. Under load that window
-    was hit (the study's first eval missing); so the kill waits for the eval."""
+    """A checkpoint at the step of the last record read, an eval: the moment to kill the
+    study. Lightning saves `every_n_train_steps` checkpoints at the end of the training
+    batch, before that step's validation, and a run resumed from one does not validate that
+    step again: killed between the two, the eval is lost with the framework's own process
+    (its CSVLogger starts the file again on resume), whatever reads it. A kill after the
+    last eval but once the next step's checkpoint was written lost that eval too (records
+    10, 20, 40); so the kill waits for a checkpoint at the step of the last eval read, one
+    above the target (a trial whose records reached it is complete: the job does not
+    resume it)."""
     rows = records(trial) if checkpointed(trial) else []
-    return bool(rows) and rows[-1].get("eval_loss") is not None
+    if not rows or rows[-1].get("eval_loss") is None or rows[-1]["eval_loss"] < TARGET:
+        return False
+    return checkpoint_step(trial) == rows[-1]["step"]
 
 
 @pytest.fixture(scope="module")

@@ -177,8 +177,11 @@ for step in range(start, 21, 5):
 """
 
 
-def run_job(folder: Path, attempt: int, resume_args: list[str]) -> dict:
-    """One attempt of a trial, run by the trial job's own code (no orchestrator)."""
+def run_job(
+    folder: Path, attempt: int, resume_args: list[str], target_loss: float | None = None
+) -> dict:
+    """One attempt of a trial, run by the trial job's own code (no orchestrator); with
+    ``target_loss``, of a study that ends trials there (stop_at_target)."""
     from stepscale.sweeps.job.spec import TrialSpec
     from stepscale.sweeps.job.trial_job import run_trial
     from stepscale.sweeps.study.storage import StorageSpec
@@ -201,7 +204,8 @@ def run_job(folder: Path, attempt: int, resume_args: list[str]) -> dict:
     spec = TrialSpec(
         trial="p/0", study_name="s/p", trial_id=0, number=0, trial_dir=str(folder), config={},
         storage=StorageSpec("journal", str(folder / "unused.journal")), trainer=trainer, seed=0,
-        target_loss=None, pruner=None, horizon=20, attempt=attempt, settings={"fail_at": 10},
+        target_loss=target_loss, pruner=None, horizon=20, attempt=attempt,
+        settings={"fail_at": 10}, stop_at_target=target_loss is not None,
     )  # fmt: skip
     saved = dict(os.environ)
     try:
@@ -241,6 +245,31 @@ def test_a_retried_trial_resumes_with_resume_args_or_starts_again(
     else:  # no way to resume: it starts again from step 0, its records replace the old ones
         assert losses == [3.002, 2.502, 2.002, 1.502, 1.002] and events == ["start", "start"]
         assert told == ["0", "0"]  # … and is told it starts from 0
+
+
+def test_a_trial_killed_after_its_records_reached_the_target_is_not_trained_again(
+    tmp_path: Path,
+) -> None:
+    """Its first attempt read an eval below the target (step 10) and died before the
+    script ended; the next attempt ends the trial there, complete, without running it."""
+    from stepscale.sweeps.job.command import CommandFailed
+
+    (tmp_path / "train.py").write_text(RESUMABLE)
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    with pytest.raises(CommandFailed):
+        run_job(folder, 1, ["--resume=True"], target_loss=2.2)
+    status = run_job(folder, 2, ["--resume=True"], target_loss=2.2)
+    assert status["state"] == "complete", status
+    assert status["steps_to_target"] == status["steps_done"] == 10, status
+    assert (folder / "resume_step.txt").read_text().split() == ["0"]  # not started again
+    events = read_jsonl(folder / rundir.EVENTS_JSONL)
+    assert [(e["event"], e["step"]) for e in events] == [("start", 0), ("at_target", 10)]
+    assert [r["eval_loss"] for r in read_jsonl(folder / rundir.METRICS_JSONL)] == [
+        3.001,
+        2.501,
+        2.001,
+    ]
 
 
 # ------------------------------------------------- a stop reaches the script as its signal

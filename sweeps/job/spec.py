@@ -32,3 +32,4 @@ class TrialSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # path → value the study set
     sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
     loggers: tuple[str, ...] = ()  # metric loggers beside metrics.jsonl (stepscale.loggers)
+    stop_at_target: bool = False  # the study ends a trial at target_loss

@@ -29,11 +29,17 @@ from stepscale.events import record_event
 from stepscale.files import read_json
 from stepscale.loggers import MetricLoggers, RunInfo, flat_params
 from stepscale.reporters import JsonlReporter
-from stepscale.rundir import CONFIG_YAML, METRICS_JSONL, STATUS_JSON, TRAINER_FINAL_STATES
+from stepscale.rundir import (
+    COMPLETE,
+    CONFIG_YAML,
+    METRICS_JSONL,
+    STATUS_JSON,
+    TRAINER_FINAL_STATES,
+)
 from stepscale.sweeps.job.heartbeat import JobHeartbeat
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.worker_main import ENV_WORKER
-from stepscale.sweeps.trainers.final_status import complete_status
+from stepscale.sweeps.trainers.final_status import complete_status, crossing, eval_losses
 from stepscale.sweeps.trainers.kinds import kind_of
 from stepscale.sweeps.trainers.metrics_file import last_step, normalized_records
 from stepscale.trainer import Action
@@ -233,7 +239,13 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
             loggers=loggers,
         )
         try:
-            status = _train(spec, reporter, stop)
+            at = reached_target(spec, folder)
+            if at is None:
+                status = _train(spec, reporter, stop)
+            else:  # killed after its records reached the target, before it ended
+                if leader:
+                    record_event(folder, "at_target", at)
+                status = {"state": COMPLETE, "steps_done": last_step(folder / METRICS_JSONL)}
         except KeyboardInterrupt:
             if stop.received is None:
                 raise
@@ -245,6 +257,23 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
         stop.finish_stop()
         raise AssertionError("unreachable")
     return _final_status(spec, folder, status) if leader else status
+
+
+def reached_target(spec: TrialSpec, folder: Path) -> int | None:
+    """The step at which the records an earlier attempt kept already reached the study's
+    target, when the study ends trials there (`objective.stop_at_target`): the trial is
+    complete without training again. Its script, killed after that evaluation was read
+    but before it ended, would resume from its checkpoint and train on — and a framework
+    does not evaluate again the step it resumes at (Lightning), so its first evaluation
+    below the target would come later than the one its records hold. Not for a trainer
+    that reports its own status (the built-in trainer replays from its checkpoint to the
+    same numbers and stops at the target itself)."""
+    if not spec.stop_at_target or spec.target_loss is None:
+        return None
+    if kind_of(spec.trainer).reports_status:
+        return None
+    records = normalized_records(folder / METRICS_JSONL)
+    return crossing(eval_losses(records), float(spec.target_loss))[0]
 
 
 def task_index() -> int:

@@ -329,6 +329,7 @@ class Scheduler:
             settings=settings,
             sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
             loggers=tuple(self.cfg.loggers),
+            stop_at_target=bool(self.cfg.objective.stop_at_target),
         )
 
     def _grow(self) -> bool:
