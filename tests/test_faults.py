@@ -555,3 +555,20 @@ def test_a_run_dir_made_unwritable_mid_study_ends_with_a_message_and_resumes(
     res = run_sweep(*run, cwd=project)  # writable again: the same command finishes the study
     assert res.returncode == 0, res.stderr
     assert_exact_budget(run_dir, "faulty", per_point=2, points=1)
+
+
+def test_a_heartbeat_whose_writer_is_a_zombie_is_dead_at_once(tmp_path: Path) -> None:
+    """A killed orchestrator's job left unreaped (its new parent a subreaper that never
+    waits: a long-lived process that once ran a command trainer's job in-process) is a
+    zombie; kill(pid, 0) still succeeds on it. Its trial must be free at once, not after
+    the heartbeat timeout (a resumed study waited 2 minutes for it)."""
+    from stepscale.sweeps.job import heartbeat
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_for(lambda: Path(f"/proc/{proc.pid}/stat").read_text().split(") ")[1][0] == "Z")
+        record = {"time": time.time(), "host": heartbeat.HOST, "pid": proc.pid}
+        assert not heartbeat.fresh(record, timeout_s=120.0)
+        assert heartbeat.fresh({**record, "pid": os.getpid()}, timeout_s=120.0)
+    finally:
+        proc.wait()

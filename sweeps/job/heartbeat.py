@@ -38,13 +38,21 @@ def read(path: Path) -> dict[str, Any] | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Does ``pid`` run on this host? A zombie does not: a killed orchestrator's job whose
+    new parent never reaps it (a subreaper that does not wait, as a long-lived process that
+    once ran a command trainer's job in-process is) stays a zombie, and ``kill(pid, 0)``
+    still succeeds on it; counting it alive held its trial for the whole timeout."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (not Linux): kill(pid, 0) is all there is
+    return text[text.rfind(")") + 2 :][:1] not in ("Z", "X")
 
 
 def fresh(record: dict[str, Any] | None, timeout_s: float) -> bool:
