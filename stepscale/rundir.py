@@ -56,6 +56,8 @@ METRICS_JSONL = "metrics.jsonl"  # one record per logged step (METRIC_KEYS)
 EVENTS_JSONL = "events.jsonl"  # the job's starts, resumes and stops (EVENT_KEYS)
 JOB_HEARTBEAT = "heartbeat.job"  # refreshed by a live job
 ORCH_HEARTBEAT = "heartbeat.orch"  # refreshed by the orchestrator that holds the trial
+# A command trainer's spike restarts, kept by its job (sweeps/job/command_restarts.py)
+SPIKE_RESTARTS_JSON = "spike_restarts.json"
 CHECKPOINTS_DIR = "checkpoints"
 LOGS_DIR = "logs"
 

@@ -36,8 +36,17 @@ from stepscale.errors import signal_name
 from stepscale.events import record_event
 from stepscale.files import read_json, write_json_atomic
 from stepscale.redact import redact_output, secret_values
-from stepscale.reporters import finite_or_none
-from stepscale.rundir import COMPLETE, CONTROL_JSON, METRICS_JSONL, PRUNED, STATUS_JSON
+from stepscale.reporters import finite_or_none, truncate_jsonl
+from stepscale.rundir import (
+    COMPLETE,
+    CONTROL_JSON,
+    DIVERGED,
+    METRICS_JSONL,
+    PRUNED,
+    SPIKE_RESTART,
+    STATUS_JSON,
+)
+from stepscale.sweeps.job.command_restarts import CommandRestarts
 from stepscale.sweeps.job.reaper import (
     become_subreaper,
     end_group,
@@ -47,7 +56,12 @@ from stepscale.sweeps.job.reaper import (
     start_marked,
 )
 from stepscale.sweeps.trainers.arg_styles import fill, flat_config, hydra_value
-from stepscale.sweeps.trainers.metrics_file import MalformedRecord, UnreadableSource, last_step
+from stepscale.sweeps.trainers.metrics_file import (
+    MalformedRecord,
+    UnreadableSource,
+    last_step,
+    normalized_records,
+)
 from stepscale.sweeps.trainers.output_sources import JsonlSource, final_records, open_source
 from stepscale.sweeps.trainers.patterns import PatternTimeout
 from stepscale.sweeps.trainers.trial_paths import placeholder_trial_dir
@@ -67,51 +81,75 @@ def override_value(value: Any) -> str:
     return hydra_value(value)
 
 
-def placeholder_values(spec: Any) -> dict[str, Any]:
+def placeholder_values(spec: Any, restarts: dict[str, int] | None = None) -> dict[str, Any]:
     """What the placeholders of a trial's command name: the trial's config by dotted key,
-    ``trial_dir``, ``seed``, ``max_steps`` and ``python``."""
+    ``trial_dir``, ``seed``, ``max_steps`` and ``python``; ``restart_step`` and
+    ``batches_skipped`` (``restarts``: `CommandRestarts.placeholders`; 0 without)."""
     values = flat_config(spec.config)
     values |= {
         "trial_dir": placeholder_trial_dir(spec.trial_dir),  # a path without '=' (aliases/)
         "seed": spec.seed,
         "max_steps": int(spec.horizon),
         "python": sys.executable,
+        "restart_step": 0,
+        "batches_skipped": 0,
+        **(restarts or {}),
     }
     return values
 
 
-def command_line(spec: Any, resuming: bool = False) -> list[str]:
+def command_line(
+    spec: Any,
+    resuming: bool = False,
+    restarts: dict[str, int] | None = None,
+    restarting: bool = False,
+) -> list[str]:
     """The program's argv: the command (placeholders filled), the study's settings in the
-    script's argument style, and ``trainer.resume_args`` when ``resuming``."""
+    script's argument style, and ``trainer.restart_args`` when ``restarting`` after a loss
+    spike, else ``trainer.resume_args`` when ``resuming`` (``restarts``: the restart
+    placeholders' values)."""
     trainer = spec.trainer
-    values = placeholder_values(spec)
+    values = placeholder_values(spec, restarts)
     booleans = trainer.args.booleans
     argv = [fill(a, values, booleans) for a in trainer.command]
     argv += trainer.args.render(spec.settings, values)
-    if resuming:
+    if restarting:
+        argv += [fill(a, values, booleans) for a in trainer.restart_args]
+    elif resuming:
         argv += [fill(a, values, booleans) for a in trainer.resume_args]
     return argv
 
 
 def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     """Run the trainer program of ``spec`` (a `TrialSpec`) to its end; returns its status.
-    The program and everything it starts end with it (`sweeps.job.reaper`)."""
+    The program and everything it starts end with it (`sweeps.job.reaper`); under a spike
+    policy it is ended and run again from a checkpoint before each spike
+    (`sweeps.job.command_restarts`)."""
     trainer = spec.trainer
     folder = Path(spec.trial_dir)
     control = folder / CONTROL_JSON
     for stale in (control, folder / STATUS_JSON):
         stale.unlink(missing_ok=True)
     parsed = trainer.metrics.parsed
-    resume = last_step(folder / METRICS_JSONL)
+    metrics_path = folder / METRICS_JSONL
+    resume = last_step(metrics_path)
+    # A spike policy (command_restarts.py); a job killed mid-restart does the restart again.
+    restarts = CommandRestarts(spec.on_spike, folder) if spec.on_spike else None
+    restart_at = restarts.pending if restarts is not None else None
+    if restart_at is not None:
+        truncate_jsonl(metrics_path, restart_at)
+        resume = min(resume, restart_at)
     resuming = resume > 0 and (bool(trainer.resume_args) or not parsed)
     if parsed:
         # The job writes metrics.jsonl: kept up to the resumed step, or started afresh (a
         # script that cannot resume starts again from step 0 and its records replace these).
-        reporter.begin(resume if resuming else 0)
+        reporter.begin(resume if resuming or restart_at is not None else 0)
     else:
         reporter.heartbeat.step = resume
         reporter.loggers.begin(resume)  # the loggers follow the file from the resumed step
         record_event(folder, "start" if resume == 0 else "resume", resume)
+    if restarts is not None:
+        restarts.prime([r for r in normalized_records(metrics_path) if r["step"] <= resume])
     sys.stdout.flush()
     sys.stderr.flush()
     become_subreaper()  # orphans of the program come back to this job (reaper.py)
@@ -121,106 +159,156 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     secrets = secret_values(os.environ, trainer.secret_env)
     logs = LogTails()
     where = trainer.metrics.source
-    proc = subprocess.Popen(
-        command_line(spec, resuming),
-        cwd=trainer.cwd or folder,
-        stdout=subprocess.PIPE if where in ("stdout", "output") else sys.stdout,
-        stderr=subprocess.STDOUT
-        if where == "output"
-        else (subprocess.PIPE if where == "stderr" else sys.stderr),
-        # A script that cannot resume restarts from step 0, and is told so.
-        **start_marked(folder, {**os.environ, ENV_RESUME_STEP: str(resume if resuming else 0)}),
-    )
+    seen = 0  # records the program gave
+    floor = -1  # after a restart, the records up to its step are read again: not new
+    diverged: dict[str, Any] | None = None  # a spike past the last restart ended the trial
     verdict = Action.CONTINUE
-    deadline: float | None = None  # when a signalled program is killed
-    quiet = Inactivity(trainer.inactivity_s)
-    seen = 0  # records this run gave
-    ended = False
+    while True:
+        restarting = restart_at is not None
+        told = resume if resuming or restarting else 0
+        proc = subprocess.Popen(
+            command_line(spec, resuming, restarts.placeholders() if restarts else None, restarting),
+            cwd=trainer.cwd or folder,
+            stdout=subprocess.PIPE if where in ("stdout", "output") else sys.stdout,
+            stderr=subprocess.STDOUT
+            if where == "output"
+            else (subprocess.PIPE if where == "stderr" else sys.stderr),
+            # A script that cannot resume restarts from step 0, and is told so.
+            **start_marked(folder, {**os.environ, ENV_RESUME_STEP: str(told)}),
+        )
+        deadline: float | None = None  # when a signalled program is killed
+        quiet = Inactivity(trainer.inactivity_s)
+        ended = False
+        spiked: tuple[int, str, float] | None = None  # the trigger of a restart
 
-    def end(sig: int, grace_s: float, whole_group: bool = False) -> None:
-        """End the program (``sig``, ``grace_s``, SIGKILL) and every process it started. A
-        second stop signal meanwhile (the orchestrator's SIGTERM after a Ctrl-C) does not
-        cut the program's grace short nor leave its processes: it is raised afterwards."""
-        nonlocal ended
-        if ended:
-            return
-        until = time.monotonic() + grace_s
-        interrupted: KeyboardInterrupt | None = None
-        send = True
-        while True:
-            try:
-                left = max(0.0, until - time.monotonic())
-                leftovers = end_group(proc, folder, sig, left, whole_group=whole_group, send=send)
-                break
-            except KeyboardInterrupt as exc:
-                interrupted, send = exc, False
-        ended = True
-        if leftovers:
-            record_leftovers(folder, reporter.heartbeat.step, leftovers, secrets, "job")
-        if interrupted is not None:
-            raise interrupted
-
-    def follow(records: list[dict[str, Any]]) -> None:
-        nonlocal verdict, deadline, seen
-        if records:
-            quiet.saw_record()
-            seen += len(records)
-        for record in records:
-            if parsed:
-                if verdict != Action.CONTINUE:
-                    return  # what a pruned script prints while it stops is not its curve
-                step = record["step"]
-                metrics = {k: finite_or_none(v) for k, v in record.items() if k != "step"}
-                action = reporter.report(step, metrics)
-            else:
-                action = reporter.observe(record["step"], record)
-            if action != Action.CONTINUE and verdict == Action.CONTINUE:
-                verdict = action
-                write_json_atomic(control, {"action": action.value, "step": record["step"]})
-                if parsed:  # the script does not read control.json: signal it
-                    _signal(proc, trainer.stop_signal)
-                    name = signal_name(trainer.stop_signal)
-                    record_event(folder, f"{action.value}_signal", record["step"], signal=name)
-                    deadline = time.monotonic() + trainer.stop_grace_s
-
-    try:
-        source = _source(spec, proc, resuming)
-        try:
+        def end(sig: int, grace_s: float, whole_group: bool = False) -> None:
+            """End the program (``sig``, ``grace_s``, SIGKILL) and every process it started. A
+            second stop signal meanwhile (the orchestrator's SIGTERM after a Ctrl-C) does not
+            cut the program's grace short nor leave its processes: it is raised afterwards."""
+            nonlocal ended
+            if ended:
+                return
+            until = time.monotonic() + grace_s
+            interrupted: KeyboardInterrupt | None = None
+            send = True
             while True:
-                exited = proc.poll() is not None
-                if exited:
-                    end(signal.SIGTERM, 0.0)  # what it left behind (a pipe's holder too)
-                    follow(final_records(source))
+                try:
+                    left = max(0.0, until - time.monotonic())
+                    leftovers = end_group(
+                        proc,  # noqa: B023  (end and follow are this run's: called only in it)
+                        folder,
+                        sig,
+                        left,
+                        whole_group=whole_group,
+                        send=send,
+                    )
                     break
-                follow(source.read_new())
-                if deadline is not None and time.monotonic() > deadline:
-                    signal_group(proc.pid, signal.SIGKILL)
-                hung = quiet.overdue() if deadline is None else None
-                if hung is not None:
-                    end(trainer.stop_signal, trainer.stop_grace_s)
-                    record_event(folder, "inactive", reporter.heartbeat.step, silent_s=hung)
-                    raise CommandFailed(quiet.message(hung) + logs.quote(source, secrets))
-                time.sleep(POLL_S)
-        except (MalformedRecord, PatternTimeout, UnreadableSource) as exc:
-            end(signal.SIGTERM, 10.0)
-            exc.args = (redact_output(str(exc), secrets),)  # it quotes a line of output
-            raise
-        except KeyboardInterrupt:
-            # A stop signal, or Ctrl-C (which the program, in a session of its own, did
-            # not get from the terminal: the job passes it on to its whole group): let the
-            # program save its checkpoint, then stop as the job does — unless it finished
-            # its run meanwhile: then the trial is finished.
-            if stop.received is not None:
-                sig = trainer.stop_signal if stop.received == signal.SIGTERM else stop.received
-                end(sig, trainer.stop_grace_s)
-            else:
-                end(signal.SIGINT, trainer.stop_grace_s, whole_group=True)
-            ran_to_end = _status_written(folder) is not None or _at_end(folder, spec)
-            if proc.returncode != 0 or not ran_to_end:
+                except KeyboardInterrupt as exc:
+                    interrupted, send = exc, False
+            ended = True
+            if leftovers:
+                record_leftovers(folder, reporter.heartbeat.step, leftovers, secrets, "job")
+            if interrupted is not None:
+                raise interrupted
+
+        def follow(records: list[dict[str, Any]]) -> None:
+            nonlocal verdict, deadline, seen, spiked
+            if records:
+                quiet.saw_record()  # noqa: B023
+                seen += len(records)
+            for record in records:
+                if spiked is not None or record["step"] <= floor:  # noqa: B023
+                    continue  # past a spike: a path to abandon; before floor: read again
+                if restarts is not None:
+                    spiked = restarts.check(record)
+                    if spiked is not None:
+                        continue
+                    if restarts.pending is not None and record["step"] > restarts.pending:
+                        restarts.restarted()  # the program runs on from the restart's step
+                if parsed:
+                    if verdict != Action.CONTINUE:
+                        return  # what a pruned script prints while it stops is not its curve
+                    step = record["step"]
+                    metrics = {k: finite_or_none(v) for k, v in record.items() if k != "step"}
+                    action = reporter.report(step, metrics)
+                else:
+                    action = reporter.observe(record["step"], record)
+                if action != Action.CONTINUE and verdict == Action.CONTINUE:
+                    verdict = action
+                    write_json_atomic(control, {"action": action.value, "step": record["step"]})
+                    if parsed:  # the script does not read control.json: signal it
+                        _signal(proc, trainer.stop_signal)  # noqa: B023
+                        name = signal_name(trainer.stop_signal)
+                        record_event(folder, f"{action.value}_signal", record["step"], signal=name)
+                        deadline = time.monotonic() + trainer.stop_grace_s
+
+        try:
+            source = _source(spec, proc, resuming or restarting)
+            try:
+                while True:
+                    exited = proc.poll() is not None
+                    if exited:
+                        end(signal.SIGTERM, 0.0)  # what it left behind (a pipe's holder too)
+                        follow(final_records(source))
+                        break
+                    follow(source.read_new())
+                    if spiked is not None:  # the path after it is abandoned: no grace
+                        end(signal.SIGKILL, 0.0, whole_group=True)
+                        break
+                    if deadline is not None and time.monotonic() > deadline:
+                        signal_group(proc.pid, signal.SIGKILL)
+                    hung = quiet.overdue() if deadline is None else None
+                    if hung is not None:
+                        end(trainer.stop_signal, trainer.stop_grace_s)
+                        record_event(folder, "inactive", reporter.heartbeat.step, silent_s=hung)
+                        raise CommandFailed(quiet.message(hung) + logs.quote(source, secrets))
+                    time.sleep(POLL_S)
+            except (MalformedRecord, PatternTimeout, UnreadableSource) as exc:
+                end(signal.SIGTERM, 10.0)
+                exc.args = (redact_output(str(exc), secrets),)  # it quotes a line of output
                 raise
-            follow(final_records(source))
-    finally:
-        end(signal.SIGKILL, 0.0, whole_group=True)  # left by an error: nothing survives
+            except KeyboardInterrupt:
+                # A stop signal, or Ctrl-C (which the program, in a session of its own, did
+                # not get from the terminal: the job passes it on to its whole group): let the
+                # program save its checkpoint, then stop as the job does — unless it finished
+                # its run meanwhile: then the trial is finished.
+                if stop.received is not None:
+                    sig = trainer.stop_signal if stop.received == signal.SIGTERM else stop.received
+                    end(sig, trainer.stop_grace_s)
+                else:
+                    end(signal.SIGINT, trainer.stop_grace_s, whole_group=True)
+                ran_to_end = _status_written(folder) is not None or _at_end(folder, spec)
+                if proc.returncode != 0 or not ran_to_end:
+                    raise
+                follow(final_records(source))
+        finally:
+            end(signal.SIGKILL, 0.0, whole_group=True)  # left by an error: nothing survives
+        if spiked is None or restarts is None or verdict != Action.CONTINUE:
+            break
+        back = restarts.back_to(spiked[0])
+        if back is None:
+            diverged = _spike_divergence(spiked, restarts.done.count)
+            break
+        entry = restarts.begin(spiked, back, spiked[0])
+        record_event(
+            folder,
+            SPIKE_RESTART,
+            spiked[0],
+            **{k: v for k, v in entry.items() if k != "spike_step"},
+        )
+        print(
+            f"stepscale: {spiked[1].replace('_', ' ')} at step {spiked[0]}: restart "
+            f"{entry['restart']} of at most {restarts.max_restarts} from the checkpoint of "
+            f"step {back}, skipping {restarts.skip} batches",
+            file=sys.stderr,
+            flush=True,
+        )
+        reporter.rewind(back)  # the records after it go; Optuna's are replaced as redone
+        restarts.prime([r for r in normalized_records(metrics_path) if r["step"] <= back])
+        restart_at = resume = floor = back
+    if diverged is not None:
+        status = {**diverged, **restarts.status(diverged["steps_done"])}  # type: ignore[union-attr]
+        return status
     pruned = verdict == Action.PRUNE
     if pruned and parsed:
         text = _exit_text(proc.returncode) if proc.returncode else "the trainer command exited"
@@ -237,7 +325,21 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
         )
     elif not parsed and seen == 0 and resume == 0 and _status_written(folder) is None:
         raise CommandFailed(_no_jsonl_message(folder, spec) + logs.quote(source, secrets))
-    return _status(folder, verdict, last_step(folder / METRICS_JSONL))
+    status = _status(folder, verdict, last_step(metrics_path))
+    if restarts is not None:
+        status |= restarts.status(int(status.get("steps_done") or 0))
+    return status
+
+
+def _spike_divergence(trigger: tuple[int, str, float], used: int) -> dict[str, Any]:
+    """The status of a trial a spike ended after its last restart (the built-in's words)."""
+    step, why, _ = trigger
+    reason = (
+        f"loss spike at step {step} after {used} restarts"
+        if why != "non_finite_loss"
+        else f"training loss is not finite at step {step} after {used} restarts"
+    )
+    return {"state": DIVERGED, "reason": reason, "steps_done": step, "diverged_step": step}
 
 
 class Inactivity:

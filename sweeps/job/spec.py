@@ -33,3 +33,6 @@ class TrialSpec:
     sizes: dict[str, Any] = field(default_factory=dict)  # the point's plan (trainer.PLAN_KEYS)
     loggers: tuple[str, ...] = ()  # metric loggers beside metrics.jsonl (stepscale.loggers)
     stop_at_target: bool = False  # the study ends a trial at target_loss
+    # a command trainer's spike restarts (train.on_spike with train.spike_window/factor;
+    # `sweeps.job.command_restarts`); None: no policy (the built-in reads its own config)
+    on_spike: dict[str, Any] | None = None

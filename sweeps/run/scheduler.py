@@ -63,7 +63,7 @@ from stepscale.sweeps.study.trials import (
     write_trial_config,
     write_trial_json,
 )
-from stepscale.sweeps.trainers.spec import TrainerSpec
+from stepscale.sweeps.trainers.spec import COMMAND, TrainerSpec
 
 # How often a waiting orchestrator looks whether a local job's process has ended, and
 # whether a stop signal came.
@@ -330,7 +330,23 @@ class Scheduler:
             sizes={k: v for k, v in self.sizes.get(point.label, {}).items() if v is not None},
             loggers=tuple(self.cfg.loggers),
             stop_at_target=bool(self.cfg.objective.stop_at_target),
+            on_spike=self._on_spike(),
         )
+
+    def _on_spike(self) -> dict[str, Any] | None:
+        """A command trainer's spike policy as its job applies it (None: off, or a trainer
+        that applies its own)."""
+        t = self.cfg.train
+        if self.trainer.kind != COMMAND or t.on_spike.policy != "restart":
+            return None
+        return {
+            "rewind_steps": int(t.on_spike.rewind_steps),
+            "skip_batches": int(t.on_spike.skip_batches),
+            "max_restarts": int(t.on_spike.max_restarts),
+            "window": int(t.spike_window),
+            "factor": float(t.spike_factor),
+            "checkpoint_every": int(self.trainer.checkpoint_every),
+        }
 
     def _grow(self) -> bool:
         """Adaptive batch sizes: decide once every point has finished; points added (by

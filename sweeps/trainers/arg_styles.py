@@ -34,6 +34,9 @@ from stepscale.errors import UsageError
 
 BOOLEANS = {"python": ("True", "False"), "lower": ("true", "false"), "int": ("1", "0")}
 STUDY_PLACEHOLDERS = ("trial_dir", "seed", "max_steps", "python")
+# A command trainer's spike restarts (`sweeps.job.command_restarts`): the checkpoint step the
+# last restart went back to and the batches skipped in all (both 0 before any restart).
+RESTART_PLACEHOLDERS = ("restart_step", "batches_skipped")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][\w.]*)\}")
 
 
@@ -191,6 +194,11 @@ def check_placeholders(texts: list[str], known: set[str] | None, key: str) -> No
     for text in texts:
         for name in placeholders(text):
             if name in STUDY_PLACEHOLDERS or known is None or name in known:
+                continue
+            if name in RESTART_PLACEHOLDERS and key in (
+                "trainer.restart_args",
+                "trainer.resume_args",
+            ):
                 continue
             raise UsageError(
                 f"{key}: unknown placeholder {{{name}}} in {text!r}; there are "

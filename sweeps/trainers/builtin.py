@@ -17,19 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
+from stepscale.models.restarts import NON_FINITE, Restarts, restart_point
+from stepscale.models.spikes import SpikeDetector
 from stepscale.rundir import EXAMPLES, SEQUENCES
 from stepscale.trainer import PLAN_KEYS, Reporter
 
+# NON_FINITE, Restarts, restart_point, SpikeDetector: the spike rule and the restart
+# record, which a command trainer's job applies to the losses its program prints
+# (`sweeps.job.command_restarts`).
 __all__ = [
+    "NON_FINITE",
     "SECTIONS",
     "DataConfig",
     "RejectedConfig",
+    "Restarts",
+    "SpikeDetector",
     "TrainConfig",
     "TrainerConfig",
     "batch_unit",
     "branch_point",
     "configure_compile_cache",
     "plan_run",
+    "restart_point",
     "run",
     "to_trainer_config",
     "train_config",

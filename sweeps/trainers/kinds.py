@@ -123,7 +123,8 @@ class TrainerKind:
             raise UsageError(
                 f"train.on_spike.policy: {policy!r} restarts a trial from its own "
                 f"checkpoints, which a {self.spec.kind} trainer cannot be asked to do; "
-                "only the built-in trainer restarts on spikes (leave the policy off)"
+                "the built-in trainer, or a command with trainer.restart_args, restarts on "
+                "spikes (leave the policy off)"
             )
 
     def prepare_orchestrator(self, study: Any) -> None:
@@ -156,6 +157,47 @@ class FunctionKind(TrainerKind):
 
 class CommandKind(TrainerKind):
     """``trainer: {command: [...]}``: a program run in the trial folder."""
+
+    def check_study(self, study: Any) -> None:
+        """A spike policy needs a program that can go back to a checkpoint of its own at a
+        step the job names (``trainer.restart_args`` with ``{restart_step}``, and
+        ``trainer.checkpoint_every``, the steps it keeps checkpoints at); the LR and clip
+        scaling of a restart are the built-in trainer's alone. Else `UsageError` naming
+        the key (`sweeps.job.command_restarts`)."""
+        p = study.train.on_spike
+        if p.policy == "off":
+            return
+        if p.policy != "restart":
+            raise UsageError(f"train.on_spike.policy: expected off or restart, got {p.policy!r}")
+        for name in ("rewind_steps", "skip_batches", "max_restarts"):
+            value, low = getattr(p, name), 1 if name == "rewind_steps" else 0
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise UsageError(
+                    f"train.on_spike.{name}: expected an integer ≥ {low}, got {value!r}"
+                )
+        for name, default in (("lr_scale", 1.0), ("clip_scale", 1.0), ("scaled_steps", 0)):
+            if getattr(p, name) != default:
+                raise UsageError(
+                    f"train.on_spike.{name}: a command trainer's learning rate and clip are "
+                    f"its own; leave {name} at {default:g} (or pass a scale in "
+                    "trainer.restart_args)"
+                )
+        if not any("{restart_step}" in a for a in self.spec.restart_args):
+            raise UsageError(
+                "trainer.restart_args: train.on_spike.policy=restart restarts the program from "
+                "a checkpoint of its own before the spike, which it must be told: give "
+                "arguments with {restart_step} (the step to resume from) and "
+                "{batches_skipped} (the batches to skip in all), e.g. "
+                "['--resume_step={restart_step}', '--skip_batches={batches_skipped}']; a "
+                "program that cannot resume from a chosen step cannot be restarted (leave "
+                "the policy off)"
+            )
+        if self.spec.checkpoint_every <= 0:
+            raise UsageError(
+                "trainer.checkpoint_every: train.on_spike.policy=restart goes back to the "
+                "program's own checkpoints: give the steps between them (it keeps every "
+                "one at least train.on_spike.rewind_steps back)"
+            )
 
 
 class BuiltinKind(TrainerKind):

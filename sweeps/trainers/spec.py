@@ -48,6 +48,8 @@ _COMMAND_FIELDS = {
     "stop_signal",
     "stop_grace_s",
     "resume_args",
+    "restart_args",
+    "checkpoint_every",
     "inactivity_s",
     "secret_env",
 }
@@ -80,6 +82,10 @@ class TrainerSpec:
     stop_signal: int = signal.SIGTERM  # sent on prune or stop
     stop_grace_s: float = STOP_GRACE_S  # then SIGKILL
     resume_args: tuple[str, ...] = ()  # added when the trial already has records
+    # added when the job restarts the program before a loss spike (train.on_spike):
+    # {restart_step} and {batches_skipped} say where to resume and how many batches to skip
+    restart_args: tuple[str, ...] = ()
+    checkpoint_every: int = 0  # the program keeps a checkpoint every this many steps
     inactivity_s: float = INACTIVITY_S  # no record for this long (at least): hung (0: no limit)
     secret_env: tuple[str, ...] = ()  # environment variables whose values are never quoted
 
@@ -171,14 +177,18 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
     folders = list(search or [Path.cwd()])
     cwd = _working_dir(value.get("cwd"), folders)
     argv = resolve_command([str(a) for a in command], [Path(cwd), *folders] if cwd else folders)
-    resume_args = value.get("resume_args") or []
-    if isinstance(resume_args, str):
-        resume_args = resume_args.split()
-    if not isinstance(resume_args, list) or not all(isinstance(a, str) for a in resume_args):
-        raise UsageError(f"trainer.resume_args: expected a list of arguments, got {resume_args!r}")
+    resume_args = _arg_list(value, "resume_args")
+    restart_args = _arg_list(value, "restart_args")
     known = config_paths(config) | set(keys.values()) if config else None
     check_placeholders(argv, known, "trainer.command")
     check_placeholders(resume_args, known, "trainer.resume_args")
+    check_placeholders(restart_args, known, "trainer.restart_args")
+    every = value.get("checkpoint_every", 0)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise UsageError(
+            f"trainer.checkpoint_every: expected the steps between the program's checkpoints "
+            f"(an integer ≥ 0), got {every!r}"
+        )
     metrics = read_metrics(value.get("metrics"))
     if metrics.parsed and metrics.source not in ("stdout", "stderr"):
         check_placeholders([metrics.source], known, "trainer.metrics.source")
@@ -208,10 +218,22 @@ def read_trainer(value: Any, search: list[Path] | None = None) -> TrainerSpec:
         stop_signal=_signal(value.get("stop_signal")),
         stop_grace_s=float(grace),
         resume_args=tuple(resume_args),
+        restart_args=tuple(restart_args),
+        checkpoint_every=every,
         inactivity_s=float(inactivity),
         secret_env=tuple(secret_env),
         **common,
     )
+
+
+def _arg_list(value: dict[str, Any], key: str) -> list[str]:
+    """``trainer.<key>``: a list of arguments (a string is split on spaces)."""
+    args = value.get(key) or []
+    if isinstance(args, str):
+        args = args.split()
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise UsageError(f"trainer.{key}: expected a list of arguments, got {args!r}")
+    return args
 
 
 def _working_dir(value: Any, search: list[Path]) -> str | None:

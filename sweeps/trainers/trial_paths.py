@@ -81,7 +81,12 @@ def path_placeholders_used(trainer: TrainerSpec, settings: Iterable[Any] = ()) -
     if trainer.kind != COMMAND:
         return []
     source = getattr(trainer.metrics, "source", None)
-    texts = [*trainer.command, *trainer.resume_args, *_strings(trainer.config)]
+    texts = [
+        *trainer.command,
+        *trainer.resume_args,
+        *trainer.restart_args,
+        *_strings(trainer.config),
+    ]
     texts += [*_strings(list(settings)), *([source] if isinstance(source, str) else [])]
     named = set().union(*(placeholders(t) for t in texts)) if texts else set()
     return [p for p in PATH_PLACEHOLDERS if p in named]
