@@ -46,7 +46,6 @@ from stepscale.rundir import (
     SPIKE_RESTART,
     STATUS_JSON,
 )
-from stepscale.sweeps.job.command_restarts import CommandRestarts
 from stepscale.sweeps.job.reaper import (
     become_subreaper,
     end_group,
@@ -134,7 +133,11 @@ def run_command(spec: Any, reporter: Any, stop: Any) -> dict[str, Any]:
     metrics_path = folder / METRICS_JSONL
     resume = last_step(metrics_path)
     # A spike policy (command_restarts.py); a job killed mid-restart does the restart again.
-    restarts = CommandRestarts(spec.on_spike, folder) if spec.on_spike else None
+    restarts = None
+    if spec.on_spike:  # imported only then: it reaches the built-in trainer's spike rule
+        from stepscale.sweeps.job.command_restarts import CommandRestarts
+
+        restarts = CommandRestarts(spec.on_spike, folder)
     restart_at = restarts.pending if restarts is not None else None
     if restart_at is not None:
         truncate_jsonl(metrics_path, restart_at)

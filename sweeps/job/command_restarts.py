@@ -28,7 +28,9 @@ from typing import Any
 
 from stepscale.files import read_json, write_json_atomic
 from stepscale.rundir import LOSS_SPIKE, SPIKE_RESTARTS_JSON
-from stepscale.sweeps.trainers.builtin import NON_FINITE, Restarts, SpikeDetector, restart_point
+from stepscale.sweeps.trainers.builtin import spike_rule
+
+SpikeDetector, Restarts, restart_point, NON_FINITE = spike_rule()
 
 
 class CommandRestarts:

@@ -17,29 +17,21 @@ from pathlib import Path
 from typing import Any
 
 from stepscale.models.config import DataConfig, TrainConfig, TrainerConfig
-from stepscale.models.restarts import NON_FINITE, Restarts, restart_point
-from stepscale.models.spikes import SpikeDetector
 from stepscale.rundir import EXAMPLES, SEQUENCES
 from stepscale.trainer import PLAN_KEYS, Reporter
 
-# NON_FINITE, Restarts, restart_point, SpikeDetector: the spike rule and the restart
-# record, which a command trainer's job applies to the losses its program prints
-# (`sweeps.job.command_restarts`).
 __all__ = [
-    "NON_FINITE",
     "SECTIONS",
     "DataConfig",
     "RejectedConfig",
-    "Restarts",
-    "SpikeDetector",
     "TrainConfig",
     "TrainerConfig",
     "batch_unit",
     "branch_point",
     "configure_compile_cache",
     "plan_run",
-    "restart_point",
     "run",
+    "spike_rule",
     "to_trainer_config",
     "train_config",
     "trainer_choices",
@@ -194,3 +186,14 @@ def configure_compile_cache(directory: str | None) -> None:
         configure(directory)
     except ConfigError as exc:
         raise RejectedConfig(str(exc)) from None
+
+
+def spike_rule() -> tuple[Any, Any, Any, str]:
+    """The built-in trainer's spike rule and restart record, which a command trainer's job
+    applies to the losses its program prints (`sweeps.job.command_restarts`):
+    (`SpikeDetector`, `Restarts`, `restart_point`, the non-finite trigger's name). Imported
+    when asked, so that what only reads configs imports no trainer code."""
+    from stepscale.models.restarts import NON_FINITE, Restarts, restart_point
+    from stepscale.models.spikes import SpikeDetector
+
+    return SpikeDetector, Restarts, restart_point, NON_FINITE
