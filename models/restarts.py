@@ -117,6 +117,29 @@ class Restarts:
         """From `to_json` (nothing: no restart yet)."""
         return cls(**saved) if saved else cls()
 
+    def add(
+        self, trigger: tuple[int, str, float], back: int, skip: int, redone: int
+    ) -> dict[str, Any]:
+        """Count a restart: ``trigger`` (spike step, why, loss) sent the run back to step
+        ``back`` with ``skip`` batches skipped, abandoning ``redone`` steps; returns the
+        restart's log entry (its event's fields)."""
+        spike, why, value = trigger
+        self.count += 1
+        self.skipped += skip
+        self.steps_redone += redone
+        entry = {
+            "restart": self.count,
+            "spike_step": spike,
+            "trigger": why,
+            "value": value if math.isfinite(value) else None,
+            "from_step": back,
+            "batches_skipped": skip,
+            "skipped_total": self.skipped,
+            "steps_redone": redone,
+        }
+        self.log.append(entry)
+        return entry
+
     def status(self) -> dict[str, Any]:
         """The status.json keys (docs/run-dir.md)."""
         return {

@@ -665,23 +665,9 @@ class Trainer:
             return None
         state, host = checkpoint.restore(self.ckpt_dir, saved, state)
         back = LoopState(**host)
-        redone = loop.step - saved
-        done.count += 1
-        done.skipped += p.skip_batches
+        entry = done.add((spike, why, value), saved, p.skip_batches, loop.step - saved)
         done.scaled_until = saved + p.scaled_steps
-        done.steps_redone += redone
         done.examples_redone += int(loop.examples or 0) - int(back.examples or 0)
-        entry = {
-            "restart": done.count,
-            "spike_step": spike,
-            "trigger": why,
-            "value": value if math.isfinite(value) else None,
-            "from_step": saved,
-            "batches_skipped": p.skip_batches,
-            "skipped_total": done.skipped,
-            "steps_redone": redone,
-        }
-        done.log.append(entry)
         back.restarts = done.to_json()
         back.last_log_wall = now
         self._load_detectors(back)

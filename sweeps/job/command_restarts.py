@@ -88,23 +88,7 @@ class CommandRestarts:
         """Count a restart to ``back`` for ``trigger`` (the program had reached step
         ``reached``) and keep the record, the restart pending until the program runs on
         (`restarted`); returns the restart's entry (its event's fields)."""
-        spike, why, value = trigger
-        done = self.done
-        redone = max(0, reached - back)
-        done.count += 1
-        done.skipped += self.skip
-        done.steps_redone += redone
-        entry = {
-            "restart": done.count,
-            "spike_step": spike,
-            "trigger": why,
-            "value": value if math.isfinite(value) else None,
-            "from_step": back,
-            "batches_skipped": self.skip,
-            "skipped_total": done.skipped,
-            "steps_redone": redone,
-        }
-        done.log.append(entry)
+        entry = self.done.add(trigger, back, self.skip, max(0, reached - back))
         self.pending = back
         self._write()
         return entry
