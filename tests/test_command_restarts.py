@@ -34,6 +34,13 @@ def batch(i):  # the data stream: batch i, a pure function of i
     x = 1.0 + 0.01 * (i * 7 % 10)
     return x, 2.0 * x + (1.0e4 if i == poison else 0.0)
 
+def emit(step, **values):  # printed lines, or its own metrics.jsonl (METRICS_OUT=jsonl)
+    if os.environ.get("METRICS_OUT") == "jsonl":
+        with open("metrics.jsonl", "a") as f:
+            f.write(json.dumps({"step": step, **values}) + "\\n")
+    else:
+        print(f"step={step} " + " ".join(f"{k}={v:.6g}" for k, v in values.items()), flush=True)
+
 def save(step, w):
     with open(f"ckpt_{step}.json", "w") as f:
         json.dump({"step": step, "w": w}, f)
@@ -56,15 +63,15 @@ if start:
         w = json.load(f)["w"]
 else:
     save(0, w)
-    print(f"step=0 eval_loss={(w - 2.0) ** 2:.6g}", flush=True)
+    emit(0, eval_loss=(w - 2.0) ** 2)
 for u in range(start, steps):
     x, y = batch(u + skip)
     loss = (w * x - y) ** 2
     w -= lr * 2.0 * (w * x - y) * x
     s = u + 1
-    print(f"step={s} loss={loss:.6g}", flush=True)
+    emit(s, loss=loss)
     if s % 5 == 0:
-        print(f"step={s} eval_loss={(w - 2.0) ** 2:.6g}", flush=True)
+        emit(s, eval_loss=(w - 2.0) ** 2)
     if s % every == 0:
         save(s, w)
 """
@@ -195,9 +202,32 @@ def test_a_poisoned_batch_is_skipped_by_a_restart_and_a_killed_restart_resumes_t
     assert restart_again["from_step"] == 20 and restart_again["restart"] == 1
 
 
+@pytest.mark.slow
+def test_a_script_that_writes_its_own_metrics_jsonl_is_restarted_the_same(
+    project: Path, tmp_path: Path
+) -> None:
+    """The job cuts the script's own metrics.jsonl at the restart's step and reads it again
+    from there: the same restart and records as a script that prints its metrics."""
+    run = tmp_path / "jsonl"
+    res = _run(project, run, "~trainer.metrics", env={**os.environ, "METRICS_OUT": "jsonl"})
+    assert res.returncode == 0, res.stderr
+    folder = _trial(run)
+    status = json.loads((folder / "status.json").read_text())
+    assert status["spike_restarts"] == 1 and status["steps_to_target"] is not None, status
+    (restart,) = [e for e in read_jsonl(folder / "events.jsonl") if e["event"] == "spike_restart"]
+    assert (restart["step"], restart["from_step"]) == (31, 20)
+    steps = [r["step"] for r in read_jsonl(folder / "metrics.jsonl")]
+    assert steps == list(range(101)), steps  # one record a step, the abandoned ones gone
+    assert max(r.get("loss", 0) for r in read_jsonl(folder / "metrics.jsonl")) < 100
+
+
 @pytest.mark.parametrize(
     ("override", "key"),
     [
+        (
+            'trainer.restart_args=["--restart_step={restart_step}","--x={nope}"]',
+            "trainer.restart_args",
+        ),
         ("trainer.restart_args=[]", "trainer.restart_args"),
         ("train.on_spike.rewind_steps=-1", "train.on_spike.rewind_steps"),
         ("train.on_spike.max_restarts=-2", "train.on_spike.max_restarts"),

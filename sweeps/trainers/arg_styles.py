@@ -191,16 +191,14 @@ def flat_config(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def check_placeholders(texts: list[str], known: set[str] | None, key: str) -> None:
     """Refuse a placeholder that names neither a study value nor (when ``known`` is not
     None) a key of the trainer's config."""
+    allowed = STUDY_PLACEHOLDERS
+    if key in ("trainer.restart_args", "trainer.resume_args"):
+        allowed += RESTART_PLACEHOLDERS  # where a restart's step and skip are passed on
     for text in texts:
         for name in placeholders(text):
-            if name in STUDY_PLACEHOLDERS or known is None or name in known:
-                continue
-            if name in RESTART_PLACEHOLDERS and key in (
-                "trainer.restart_args",
-                "trainer.resume_args",
-            ):
+            if name in allowed or known is None or name in known:
                 continue
             raise UsageError(
                 f"{key}: unknown placeholder {{{name}}} in {text!r}; there are "
-                f"{', '.join('{' + n + '}' for n in STUDY_PLACEHOLDERS)} and the keys of trainer.config"
+                f"{', '.join('{' + n + '}' for n in allowed)} and the keys of trainer.config"
             )
