@@ -292,8 +292,8 @@ def test_detach_then_sweep_stop_checkpoints_trials_and_a_rerun_resumes_them(
 def test_a_killed_node_interrupts_its_trial_which_resumes_on_the_other_node_bit_identical(
     tmp_path: Path, cluster: Any
 ) -> None:
-    """Last in the file: the cluster loses a node. An uninterrupted run of the same trial
-    runs meanwhile on the other node, where the interrupted one then resumes."""
+    """The cluster loses a node (the tests after it need one). An uninterrupted run of the
+    same trial runs meanwhile on the other node, where the interrupted one then resumes."""
     reference, run_dir = tmp_path / "ref", tmp_path / "n"
     uninterrupted = _start("run", *LONG, *_ray(cluster), f"run_dir={reference}")
     proc = _start("run", *LONG, *_ray(cluster), f"run_dir={run_dir}")

@@ -90,6 +90,9 @@ def connect(cfg: RayLauncherConfig) -> dict[str, Any]:
                 include_dashboard=False if address == LOCAL else None,
                 configure_logging=False,
                 log_to_driver=False,  # the trials' output goes to their logs
+                # a cluster of this machine runs trials at the priority launcher=local
+                # does (Ray's workers default to niceness 15: behind any other work here)
+                _system_config={"worker_niceness": 0} if address == LOCAL else None,
             )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise UsageError(
