@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MARGIN", "NOT_TRAINED", "PointLearning", "Verdict", "learned", "verdict"]
 
+NO_PROGRESS = "no_progress"  # status.json's ended_by of a trial that could not learn
 MARGIN = 0.05  # of the way from the reference loss to the floor
 NOT_TRAINED = "not trained"
 
@@ -115,6 +116,9 @@ class Verdict(Record):
     trial has a reference loss to compare with)."""
 
     points: tuple[PointLearning, ...]
+    # trials stopped by the no-progress rule (status.json ``ended_by: no_progress``;
+    # sweeps.job.no_progress): pruned, not diverged
+    no_progress: int = field(default=0, metadata=as_json("ended_no_progress"))
 
     @property
     def best(self) -> PointLearning | None:
@@ -144,10 +148,16 @@ class Verdict(Record):
                 "states no baseline_loss)"
             )
         rule = f"needs a final eval loss {MARGIN:.0%} of the way below the baseline"
+        ended = (
+            f"; {self.no_progress} trial{'s' if self.no_progress != 1 else ''} ended early, no "
+            f"progress toward the target"
+            if self.no_progress
+            else ""
+        )
         if not self.trained:
             return (
                 f"{NOT_TRAINED.upper()}: no trial beat the baseline by a clear margin ({rule}); "
-                f"best trial {best.trial}: {best.text()}"
+                f"best trial {best.trial}: {best.text()}{ended}"
             )
         lines = f"trained: best trial {best.trial}: {best.text()}"
         if self.not_learned:
@@ -227,4 +237,5 @@ def verdict(ds: xr.Dataset) -> Verdict:
                 baseline_kind=str(kinds[i]) if kinds[i] not in ("nan", "None") else "",
             )
         )
-    return Verdict(tuple(out))
+    ended = ds["ended_by"].values.astype(str) if "ended_by" in ds.coords else np.full(n, "")
+    return Verdict(tuple(out), int((ended == NO_PROGRESS).sum()))

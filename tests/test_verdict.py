@@ -1,7 +1,8 @@
 """Has it trained? (analysis.verdict): each built-in source's baseline has its known value
 and a short real run beats it while a run that did not move does not; a command trainer
 that reports no progress gets "not trained" and no B_crit from `sweep run` and the report,
-one that beats its own step-0 loss but not its stated baseline too."""
+one that beats its own step-0 loss but not its stated baseline too; a trial that cannot
+learn ends early by the no-progress rule (sweeps.job.no_progress) and is counted as such."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from stepscale.models.config import TrainerConfig
 from stepscale.models.nets import nqm_initial_loss
 from stepscale.models.plan import prepare
 from stepscale.models.train import train
+from stepscale.sweeps.job.no_progress import NoProgressRule
 
 
 def test_the_margin_rule_with_known_numbers() -> None:
@@ -229,3 +231,41 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
     v = analyze(load(run_dir)).learning
     assert v.trained is False and v.best is not None
     assert v.best.baseline == pytest.approx(3.309, abs=1e-3)
+    # Each trial ended at its first evaluation past a tenth of its horizon (step 10 of 20):
+    # pruned by the no-progress rule, not diverged, and the verdict says so.
+    for status_file in run_dir.glob("trials/*/*/status.json"):
+        status = json.loads(status_file.read_text())
+        assert (status["state"], status["ended_by"], status["steps_done"]) == (
+            "pruned", "no_progress", 10,
+        )  # fmt: skip
+        assert status["progress_at_end"] < 0.05
+        events = status_file.with_name("events.jsonl").read_text()
+        assert '"no_progress"' in events
+    assert v.no_progress == 3 and "3 trials ended early, no progress" in answer
+
+
+def _rule_stops_at(curve: list[tuple[int, float]], horizon: int, target: float) -> int | None:
+    """The step where the default rule (a tenth of the horizon, 5% of the way) stops it."""
+    rule = NoProgressRule(0.1, 0.05, horizon, target)
+    for step, loss in curve:
+        rule.seen(step, loss)
+        if step > 0 and rule.stops(step):
+            return step
+    return None
+
+
+def test_the_no_progress_rule_stops_a_flat_curve_and_spares_slow_starters() -> None:
+    flat = [(s, 4.17 - 1e-5 * s) for s in range(0, 801, 10)]
+    assert _rule_stops_at(flat, 800, 2.4) == 80  # the first evaluation at 10% of 800 steps
+    # A slow starter (a long warmup): 6% of the way (4.17 → 4.06) by step 80, then learning
+    slow = [
+        (s, 4.17 - 0.11 * s / 80 if s <= 80 else 4.06 - (s - 80) / 400) for s in range(0, 801, 10)
+    ]
+    assert _rule_stops_at(slow, 800, 2.4) is None
+    # The demo's slowest trial (batch 4, LR 2e-3, eval every 10 of 200 steps): 42% by step 10
+    demo = [(0, 2.81), (10, 2.09), (20, 1.66), (30, 1.42)]
+    assert _rule_stops_at(demo, 200, 1.10) is None
+    # Rising (an LR too high): left to the divergence rule; starts below the target: never
+    assert _rule_stops_at([(0, 2.8), (5, 3.1), (10, 3.0)], 30, 2.0) is None
+    assert _rule_stops_at([(0, 2.8), (5, 2.81), (10, 2.8)], 30, 2.0) == 5  # stuck: stopped
+    assert _rule_stops_at([(0, 1.0), (10, 1.0), (20, 1.0)], 100, 2.0) is None

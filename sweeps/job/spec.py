@@ -36,3 +36,5 @@ class TrialSpec:
     # a command trainer's spike restarts (train.on_spike with train.spike_window/factor;
     # `sweeps.job.command_restarts`); None: no policy (the built-in reads its own config)
     on_spike: dict[str, Any] | None = None
+    # (fraction of the horizon, least progress toward the target): sweeps.job.no_progress
+    no_progress: tuple[float, float] | None = None

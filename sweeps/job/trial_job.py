@@ -37,6 +37,7 @@ from stepscale.rundir import (
     TRAINER_FINAL_STATES,
 )
 from stepscale.sweeps.job.heartbeat import JobHeartbeat
+from stepscale.sweeps.job.no_progress import NO_PROGRESS, NoProgressRule
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.worker_main import ENV_WORKER
 from stepscale.sweeps.trainers.final_status import complete_status, crossing, eval_losses
@@ -61,8 +62,12 @@ class TrialReporter:
         prune: bool = True,
         reported: set[int] | None = None,
         loggers: MetricLoggers | None = None,
+        target: float | None = None,
+        no_progress: NoProgressRule | None = None,
     ) -> None:
         self.files = files
+        self.target = target
+        self.no_progress = no_progress
         self.trial = trial
         self.heartbeat = heartbeat
         self.prune = prune
@@ -100,17 +105,34 @@ class TrialReporter:
         self.loggers.log(step, metrics)
         self.heartbeat.step = step
         loss = metrics.get("eval_loss")
-        if self.trial is None or loss is None or step == 0 or loss != loss:
+        if loss is None:
             return Action.CONTINUE
-        if step in self.abandoned:  # the new path's value replaces the abandoned one
-            self._replace(step, float(loss))
-        elif step not in self.reported:  # a resumed job reports again what it redoes
-            self.trial.report(float(loss), step)
-            self.reported.add(step)
-        if self.abandoned and step < max(self.abandoned):
-            return Action.CONTINUE  # the abandoned path's later values still stand
-        self.abandoned.clear()
-        return Action.PRUNE if self.prune and self.trial.should_prune() else Action.CONTINUE
+        if self.no_progress is not None:
+            self.no_progress.seen(step, float(loss))
+        if step == 0 or loss != loss:
+            return Action.CONTINUE
+        if self.trial is not None:
+            if step in self.abandoned:  # the new path's value replaces the abandoned one
+                self._replace(step, float(loss))
+            elif step not in self.reported:  # a resumed job reports again what it redoes
+                self.trial.report(float(loss), step)
+                self.reported.add(step)
+            if self.abandoned and step < max(self.abandoned):
+                return Action.CONTINUE  # the abandoned path's later values still stand
+            self.abandoned.clear()
+        if self.target is not None and loss < self.target:
+            return Action.CONTINUE  # it reached the target here: never pruned at this step
+        if not self.prune:  # confirm seeds run to their end
+            return Action.CONTINUE
+        if self.no_progress is not None and self.no_progress.stops(step):
+            ended = self.no_progress.ended
+            record_event(self.heartbeat.path.parent, NO_PROGRESS, step, **ended)
+            return Action.PRUNE
+        return (
+            Action.PRUNE
+            if self.trial is not None and self.trial.should_prune()
+            else Action.CONTINUE
+        )
 
     def _replace(self, step: int, loss: float) -> None:
         """Overwrite the intermediate value at ``step`` in the storage (`Trial.report`
@@ -237,6 +259,8 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
             prune=spec.prune,
             reported=reported,
             loggers=loggers,
+            target=spec.target_loss,
+            no_progress=_no_progress_rule(spec, folder),
         )
         try:
             at = reached_target(spec, folder)
@@ -256,7 +280,20 @@ def run_trial(spec: TrialSpec) -> dict[str, Any]:
     if status is None:
         stop.finish_stop()
         raise AssertionError("unreachable")
-    return _final_status(spec, folder, status) if leader else status
+    ended = reporter.no_progress.ended if reporter.no_progress is not None else {}
+    return _final_status(spec, folder, status, ended) if leader else status
+
+
+def _no_progress_rule(spec: TrialSpec, folder: Path) -> NoProgressRule | None:
+    """The rule that ends a trial that cannot learn (None: off), with the evaluations an
+    earlier job of the trial recorded."""
+    if spec.no_progress is None or spec.target_loss is None:
+        return None
+    fraction, least = spec.no_progress
+    rule = NoProgressRule(fraction, least, spec.horizon, float(spec.target_loss))
+    for step, loss in eval_losses(normalized_records(folder / METRICS_JSONL)):
+        rule.seen(step, loss)
+    return rule
 
 
 def reached_target(spec: TrialSpec, folder: Path) -> int | None:
@@ -296,7 +333,9 @@ def _train(spec: TrialSpec, reporter: TrialReporter, stop: StopSignals) -> Any:
     return function(spec.config, reporter, Path(spec.trial_dir))
 
 
-def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
+def _final_status(
+    spec: TrialSpec, folder: Path, status: Any, ended: dict[str, Any]
+) -> dict[str, Any]:
     """The trainer's status checked against the interface and completed from its eval
     losses; written to status.json (and metrics.jsonl cleaned of records a resume redid)."""
     missing = contract.missing_status_keys(status)
@@ -312,9 +351,9 @@ def _final_status(spec: TrialSpec, folder: Path, status: Any) -> dict[str, Any]:
             f"{', '.join(TRAINER_FINAL_STATES)}"
         )
     if kind_of(spec.trainer).reports_status:
-        return status  # the trainer reports every key itself
+        return {**status, **ended}  # the trainer reports every key itself
     records = normalized_records(folder / METRICS_JSONL, rewrite=True)
-    full = complete_status(status, records, spec.horizon, spec.target_loss)
+    full = complete_status(status, records, spec.horizon, spec.target_loss) | ended
     for key, value in spec.sizes.items():  # what the plan knows of a step, unless said
         full.setdefault(key, value)
     JsonlReporter(folder).finish(full)

@@ -331,6 +331,7 @@ class Scheduler:
             loggers=tuple(self.cfg.loggers),
             stop_at_target=bool(self.cfg.objective.stop_at_target),
             on_spike=self._on_spike(),
+            no_progress=self._no_progress(),
         )
 
     def _on_spike(self) -> dict[str, Any] | None:
@@ -347,6 +348,13 @@ class Scheduler:
             "factor": float(t.spike_factor),
             "checkpoint_every": int(self.trainer.checkpoint_every),
         }
+
+    def _no_progress(self) -> tuple[float, float] | None:
+        """The rule that ends a trial that cannot learn (budget.no_progress_by), when on."""
+        b = self.cfg.budget
+        if b.no_progress_by is None or self.cfg.objective.target_loss is None:
+            return None
+        return (float(b.no_progress_by), float(b.no_progress_min))
 
     def _grow(self) -> bool:
         """Adaptive batch sizes: decide once every point has finished; points added (by

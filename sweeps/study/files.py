@@ -34,6 +34,7 @@ MUTABLE = {
     "budget.confirm_seeds", "train.compile_cache_dir", "train.devices", "data.max_microbatch",
     "train.distributed", "train.coordinator_address", "train.num_processes", "train.process_id",
     "train.distributed_timeout_s", "loggers", "objective.claim_level", "objective.report_targets",
+    "budget.no_progress_by", "budget.no_progress_min",
 }  # fmt: skip
 
 

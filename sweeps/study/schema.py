@@ -128,6 +128,12 @@ class BudgetConfig:
     max_tokens: int | None = None
     max_examples: int | None = None
     confirm_seeds: int = 0
+    # A trial that cannot learn ends early (sweeps.job.no_progress): at its first evaluation
+    # at or after this fraction of its horizon, if its best eval loss has come less than
+    # no_progress_min of the way from its step-0 eval loss to the target, it stops (pruned,
+    # ended_by "no_progress" in status.json). Needs a target loss; null: off.
+    no_progress_by: float | None = 0.1
+    no_progress_min: float = 0.05
 
 
 @dataclass

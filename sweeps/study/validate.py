@@ -47,6 +47,16 @@ def check_study(cfg: StudyConfig) -> None:
         raise UsageError(f"budget.trials_per_point: must be ≥ 1, got {cfg.budget.trials_per_point}")
     if cfg.budget.confirm_seeds < 0:
         raise UsageError(f"budget.confirm_seeds: must be ≥ 0, got {cfg.budget.confirm_seeds}")
+    by = cfg.budget.no_progress_by
+    if by is not None and not 0 < by <= 1:
+        raise UsageError(
+            f"budget.no_progress_by: a fraction of the horizon in (0, 1] (or null: off), got {by}"
+        )
+    if not 0 <= cfg.budget.no_progress_min < 1:
+        raise UsageError(
+            f"budget.no_progress_min: a fraction of the way from the step-0 eval loss to the "
+            f"target, in [0, 1), got {cfg.budget.no_progress_min}"
+        )
     for key, value, cap in (
         ("budget.trials_per_point", cfg.budget.trials_per_point, MAX_TRIALS_PER_POINT),
         ("budget.confirm_seeds", cfg.budget.confirm_seeds, MAX_TRIALS_PER_POINT),
