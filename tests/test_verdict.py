@@ -232,8 +232,13 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
     assert v.trained is False and v.best is not None
     assert v.best.baseline == pytest.approx(3.309, abs=1e-3)
     # Each trial ended at its first evaluation past a tenth of its horizon (step 10 of 20):
-    # pruned by the no-progress rule, not diverged, and the verdict says so.
-    for status_file in run_dir.glob("trials/*/*/status.json"):
+    # pruned by the no-progress rule, not diverged, and the verdict says so. Both anchors
+    # (8 and 16) learned nothing, so the largest batch size never ran.
+    statuses = sorted(run_dir.glob("trials/*/*/status.json"))
+    assert [p.parent.parent.name for p in statuses] == ["batch_size=16", "batch_size=8"]
+    transfer = json.loads((run_dir / "transfer.json").read_text())
+    assert transfer["not_learning"]["skipped"] == ["batch_size=32"]
+    for status_file in statuses:
         status = json.loads(status_file.read_text())
         assert (status["state"], status["ended_by"], status["steps_done"]) == (
             "pruned", "no_progress", 10,
@@ -241,7 +246,7 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
         assert status["progress_at_end"] < 0.05
         events = status_file.with_name("events.jsonl").read_text()
         assert '"no_progress"' in events
-    assert v.no_progress == 3 and "3 trials ended early, no progress" in answer
+    assert v.no_progress == 2 and "2 trials ended early, no progress" in answer
 
 
 def _rule_stops_at(curve: list[tuple[int, float]], horizon: int, target: float) -> int | None:

@@ -155,9 +155,13 @@ class Scheduler:
     def _finished(self) -> bool:
         if self._grow():
             return False
-        return not self.running and budget.all_done(
-            self.space.points, self._trials, self.cfg.budget
-        )
+        if self.running:
+            return False
+        points = self.space.points
+        if self.transfer is not None:  # groups whose anchors learned nothing end there
+            skipped = self.transfer.not_learning(points, self._trials)
+            points = tuple(p for p in points if p.label not in skipped)
+        return budget.all_done(points, self._trials, self.cfg.budget)
 
     # ------------------------------------------------------------ submit
     def _ask(self, point: Point, kind: str) -> Prepared:

@@ -16,6 +16,13 @@ tuned neighbours; for the largest, η*(B) = c·B^α fitted on the tuned points, 
 every other nuisance parameter from the best trial of the nearest tuned batch size. The
 prediction is enqueued as the point's first trial.
 
+No progress at the anchors: when every trial of both anchors of a group has ended by the
+no-progress rule (`sweeps.job.no_progress`: stuck at its step-0 loss), the declared ranges did
+not learn at two batch sizes, and the rest of the group is not run (a prediction from trials
+that learned nothing would be noise); the study's answer is then "not trained" in the time of
+the anchors. No other point of the group has started by then (they wait for the anchors), so
+this is the same at any parallelism. Recorded in ``transfer.json`` under ``not_learning``.
+
 Narrowing: the LR range of a predicted point becomes [η̂/w, η̂·w] within the declared
 range, w = max(``sampler.transfer_width``, exp(2·sd)) where sd is the residual standard
 deviation of log η* about one power law over the tuned points (so a law that fits badly
@@ -37,8 +44,11 @@ from optuna.trial import FrozenTrial, TrialState
 from stepscale.files import read_json, write_json_atomic
 from stepscale.rundir import (
     DIVERGED,
+    STATUS_JSON,
     TRANSFER_JSON,
+    trial_dir,
 )
+from stepscale.sweeps.job.no_progress import NO_PROGRESS
 from stepscale.sweeps.run.adaptive import AdaptiveRun, point_finished
 from stepscale.sweeps.study.axes import batch_alias, lr_alias
 from stepscale.sweeps.study.schema import StudyConfig
@@ -115,10 +125,46 @@ class TransferRun:
         """The order and readiness `sweeps.run.budget.pick_point` serves points by."""
         orders = self.orders(points)
         rank = {label: [p.label for p in ranked].index(label) for label, ranked in orders.items()}
+        skipped = self.not_learning(points, trials_of)
         return {
             "order": lambda p: rank[p.label],
-            "ready": lambda p: self._ready(orders[p.label], p, trials_of),
+            "ready": lambda p: (
+                p.label not in skipped and self._ready(orders[p.label], p, trials_of)
+            ),
         }
+
+    def not_learning(self, points: tuple[Point, ...], trials_of: TrialsOf) -> set[str]:
+        """Labels of the points whose group's anchors all ended without progress (see the
+        module docstring); recorded in transfer.json the first time."""
+        out: set[str] = set()
+        for ranked in {id(r): r for r in self.orders(points).values()}.values():
+            anchors = ranked[:2]
+            if len(ranked) <= 2 or not all(point_finished(trials_of(p), self.cfg) for p in anchors):
+                continue
+            if all(self._no_progress(p, trials_of(p)) for p in anchors):
+                out.update(p.label for p in ranked[2:])
+        if out:
+            rec = self._record()
+            if sorted(out) != rec.get("not_learning", {}).get("skipped"):
+                rec["not_learning"] = {
+                    "skipped": sorted(out),
+                    "reason": "every trial of the anchors ended without progress (no_progress)",
+                    "decided": now_iso(),
+                }
+                write_json_atomic(self.file, rec)
+        return out
+
+    def _no_progress(self, point: Point, trials: list[FrozenTrial]) -> bool:
+        tune = [t for t in trials if t.user_attrs.get("kind", "tune") == "tune"]
+        if not tune:
+            return False
+        for t in tune:
+            status = read_json(
+                trial_dir(self.run_dir, point.label, t.number) / STATUS_JSON, lenient=True
+            )
+            if (status or {}).get("ended_by") != NO_PROGRESS:
+                return False
+        return True
 
     def ready(self, points: tuple[Point, ...], point: Point, trials_of: TrialsOf) -> bool:
         """Whether ``point`` may be served: it has started already, is an anchor, or every
