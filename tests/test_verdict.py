@@ -20,11 +20,12 @@ from stepscale.analysis.analyze import analyze
 from stepscale.analysis.headline import headline
 from stepscale.analysis.verdict import MARGIN, NOT_TRAINED, PointLearning, learned
 from stepscale.cli.main import main
+from stepscale.events import record_event
 from stepscale.models.config import TrainerConfig
 from stepscale.models.nets import nqm_initial_loss
 from stepscale.models.plan import prepare
 from stepscale.models.train import train
-from stepscale.sweeps.job.no_progress import NoProgressRule
+from stepscale.sweeps.job.no_progress import NO_PROGRESS, NoProgressRule, earlier_stop
 
 
 def test_the_margin_rule_with_known_numbers() -> None:
@@ -274,3 +275,15 @@ def test_the_no_progress_rule_stops_a_flat_curve_and_spares_slow_starters() -> N
     assert _rule_stops_at([(0, 2.8), (5, 3.1), (10, 3.0)], 30, 2.0) is None
     assert _rule_stops_at([(0, 2.8), (5, 2.81), (10, 2.8)], 30, 2.0) == 5  # stuck: stopped
     assert _rule_stops_at([(0, 1.0), (10, 1.0), (20, 1.0)], 100, 2.0) is None
+
+
+def test_a_job_resumed_after_the_no_progress_stop_still_says_why(tmp_path: Path) -> None:
+    assert earlier_stop(tmp_path) == {}
+    record_event(tmp_path, "start", 0)
+    rule = NoProgressRule(0.1, 0.05, 100, 2.0)
+    for step, loss in [(0, 2.8), (10, 2.8)]:
+        rule.seen(step, loss)
+    assert rule.stops(10)
+    record_event(tmp_path, NO_PROGRESS, 10, **rule.ended)  # as the job does; then it dies
+    record_event(tmp_path, "resume", 10)
+    assert earlier_stop(tmp_path) == rule.ended and rule.ended["ended_by_step"] == 10

@@ -18,9 +18,13 @@ ends a study whose LR is 1e-8 after a tenth of its steps.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from stepscale.rundir import EVENTS_JSONL
 
 NO_PROGRESS = "no_progress"
 
@@ -68,3 +72,23 @@ class NoProgressRule:
             "progress_at_end": round(p, 4),
         }
         return True
+
+
+def earlier_stop(folder: Path) -> dict[str, Any]:
+    """The rule's record from an earlier job of the trial (its ``no_progress`` event in
+    events.jsonl), or {}: a job killed after the rule stopped its trial resumes at that step
+    and ends pruned at once, and the status must still say why."""
+    try:
+        lines = (folder / EVENTS_JSONL).read_text().splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == NO_PROGRESS:
+            return {
+                k: event[k] for k in ("ended_by", "ended_by_step", "progress_at_end") if k in event
+            }
+    return {}

@@ -37,7 +37,7 @@ from stepscale.rundir import (
     TRAINER_FINAL_STATES,
 )
 from stepscale.sweeps.job.heartbeat import JobHeartbeat
-from stepscale.sweeps.job.no_progress import NO_PROGRESS, NoProgressRule
+from stepscale.sweeps.job.no_progress import NO_PROGRESS, NoProgressRule, earlier_stop
 from stepscale.sweeps.job.spec import TrialSpec
 from stepscale.sweeps.job.worker_main import ENV_WORKER
 from stepscale.sweeps.trainers.final_status import complete_status, crossing, eval_losses
@@ -293,6 +293,7 @@ def _no_progress_rule(spec: TrialSpec, folder: Path) -> NoProgressRule | None:
     rule = NoProgressRule(fraction, least, spec.horizon, float(spec.target_loss))
     for step, loss in eval_losses(normalized_records(folder / METRICS_JSONL)):
         rule.seen(step, loss)
+    rule.ended = earlier_stop(folder)  # an earlier job stopped it, then died before its end
     return rule
 
 
@@ -350,8 +351,12 @@ def _final_status(
             f"the trainer's status has state {status['state']!r}; a finished trial is one of "
             f"{', '.join(TRAINER_FINAL_STATES)}"
         )
-    if kind_of(spec.trainer).reports_status:
-        return {**status, **ended}  # the trainer reports every key itself
+    if kind_of(spec.trainer).reports_status:  # the trainer reports every key itself
+        if not ended:
+            return status
+        full = {**status, **ended}  # and the rule that stopped it (sweeps.job.no_progress)
+        JsonlReporter(folder).finish(full)
+        return full
     records = normalized_records(folder / METRICS_JSONL, rewrite=True)
     full = complete_status(status, records, spec.horizon, spec.target_loss) | ended
     for key, value in spec.sizes.items():  # what the plan knows of a step, unless said
