@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -207,6 +208,33 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+class _NodeGone(Exception):
+    """The node a probe was sent to is no longer alive."""
+
+
+def _alive(node_id: str) -> bool:
+    return any(n["NodeID"] == node_id for n in _nodes())
+
+
+def _probe_answer(ref: Any, node_id: str, deadline: float) -> Any:
+    """A probe's answer. `_NodeGone` when its node is declared dead while it waits: a
+    node that died just before the run (a preempted VM, the node of an interrupted
+    trial) is still listed alive until it misses its health checks, and a probe pinned
+    to it would wait out the timeout and refuse the run. `GetTimeoutError` past
+    ``deadline``."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    while True:
+        ready, _ = ray.wait([ref], timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+        if ready:
+            return ray.get(ref)
+        if not _alive(node_id):
+            raise _NodeGone(node_id)
+        if time.monotonic() >= deadline:
+            raise GetTimeoutError(f"no answer from node {node_id}")
+
+
 def probe_run_dir(cfg: RayLauncherConfig, run_dir: Path) -> None:
     """Every node that can run a trial writes a probe file beside the run dir (into its
     nearest existing folder, which every node must see at the same path); this process
@@ -235,14 +263,19 @@ def probe_run_dir(cfg: RayLauncherConfig, run_dir: Path) -> None:
     }
     address = {n["NodeID"]: n.get("NodeManagerAddress", "?") for n in nodes}
     problems: list[str] = []
+    deadline = time.monotonic() + cfg.probe_timeout_s
     for node, ref in refs.items():
         where = f"node {address[node]} ({node[:12]})"
         try:
-            error = ray.get(ref, timeout=cfg.probe_timeout_s)
+            error = _probe_answer(ref, node, deadline)
+        except _NodeGone:
+            continue  # it died meanwhile: it runs no trial (Ray may list it for 30 s more)
         except GetTimeoutError:
             problems.append(f"{where} did not answer within {cfg.probe_timeout_s:g} s")
             continue
         except RayError as exc:
+            if not _alive(node):
+                continue
             problems.append(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
             continue
         if error:

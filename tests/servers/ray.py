@@ -3,7 +3,7 @@ Ray's own multi-node test cluster: one raylet per node, all on this machine).
 
 ``with ray_cluster() as cluster:`` starts a head node with no CPUs (the GCS, the dashboard
 and its job API: the orchestrators connect there) and two worker nodes of one CPU each,
-where trials run; small object stores, fast node-death detection. Its processes start with
+where trials run; small object stores, Ray's default health checks. Its processes start with
 the environment a user's shell has (no test-only XLA flags). ``cluster.node_of(pid)`` names
 the worker node a process runs on, ``cluster.kill(node)`` kills that node's raylet and
 everything on it (a preempted VM), ``private_node(...)`` adds a node in a mount namespace
@@ -43,16 +43,12 @@ def use_loopback() -> None:
     os.environ.update(LOOPBACK)
 
 
-# A raylet that stops answering is declared dead after ~1.5 s (Ray's default: ~30 s).
-# Workers run at niceness 0, as the rest of the test session does: Ray starts them at 15,
-# which on a node of their own costs nothing, but beside the suite's other test processes
-# left a trial about 3% of a core (CI: a killed node's trial took over 3 minutes to resume).
-SYSTEM_CONFIG = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-    "worker_niceness": 0,
-}
+# Ray's own health checks (a node that stops answering is declared dead up to ~25 s
+# later), as a user's cluster has them. Workers run at niceness 0, as the rest of the test
+# session does: Ray starts them at 15, which on a node of their own costs nothing, but
+# beside the suite's other test processes left a trial about 3% of a core (CI: a killed
+# node's trial took over 3 minutes to resume).
+SYSTEM_CONFIG = {"worker_niceness": 0}
 
 
 def _free_port() -> int:
