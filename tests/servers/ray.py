@@ -128,6 +128,10 @@ def ray_cluster(workers: int = 2) -> Iterator[RayCluster]:
                 "include_dashboard": True,
                 "dashboard_host": "127.0.0.1",
                 "dashboard_port": port,
+                # its own, not Ray's fixed 52365: another Ray on this machine (a second test
+                # session, a user's cluster) has that one, and this head's job agent, which
+                # takes `--detach`'s jobs, would not start ("No available agent")
+                "dashboard_agent_listen_port": _free_port(),
                 "object_store_memory": OBJECT_STORE,
                 "_system_config": SYSTEM_CONFIG,
             },
