@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
+from stepscale.rundir import NO_PROGRESS
 
 if TYPE_CHECKING:
     import xarray as xr
 
 __all__ = ["MARGIN", "NOT_TRAINED", "PointLearning", "Verdict", "learned", "verdict"]
 
-NO_PROGRESS = "no_progress"  # status.json's ended_by of a trial that could not learn
 MARGIN = 0.05  # of the way from the reference loss to the floor
 NOT_TRAINED = "not trained"
 

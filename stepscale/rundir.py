@@ -165,6 +165,9 @@ TRAINER_FINAL_STATES = (COMPLETE, PRUNED, DIVERGED)
 # A trial.json state that ends a trial (budgets count these).
 FINAL_STATES = frozenset({*TRAINER_FINAL_STATES, FAILED})
 STATES = (RUNNING, STOPPED, QUEUED, *TRAINER_FINAL_STATES, FAILED)
+# status.json's ``ended_by`` (with ``ended_by_step``, ``progress_at_end``) of a pruned trial
+# the no-progress rule stopped (sweeps.job.no_progress): it could not learn
+NO_PROGRESS = "no_progress"
 
 # ------------------------------------------------------------------- keys of the records
 

@@ -388,6 +388,12 @@ CLASSES["meaning"] = {
     ),
     "run: negative confirm seeds": case(*SMOKE, "budget.confirm_seeds=-1", says="confirm_seeds"),
     "run: absurd confirm seeds": case(*SMOKE, f"budget.confirm_seeds={BIG}", says="confirm_seeds"),
+    "run: no-progress check past the horizon": case(
+        *SMOKE, "budget.no_progress_by=1.5", says="budget.no_progress_by"
+    ),
+    "run: no-progress minimum of the whole way": case(
+        *SMOKE, "budget.no_progress_min=1", says="budget.no_progress_min"
+    ),
     "run: no heartbeat timeout": case(*SMOKE, "heartbeat_timeout_s=0", says="heartbeat_timeout_s"),
     "run: a float step wider than its range": case(
         *SMOKE, "nuisance.lr.scale=linear", "+nuisance.lr.step=0.5", says="nuisance.lr.step"

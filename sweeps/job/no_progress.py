@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stepscale.rundir import EVENTS_JSONL
-
-NO_PROGRESS = "no_progress"
+from stepscale.rundir import EVENTS_JSONL, NO_PROGRESS
 
 
 @dataclass

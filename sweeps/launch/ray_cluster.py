@@ -212,10 +212,6 @@ class _NodeGone(Exception):
     """The node a probe was sent to is no longer alive."""
 
 
-def _alive(node_id: str) -> bool:
-    return any(n["NodeID"] == node_id for n in _nodes())
-
-
 def _probe_answer(ref: Any, node_id: str, deadline: float) -> Any:
     """A probe's answer. `_NodeGone` when its node is declared dead while it waits: a
     node that died just before the run (a preempted VM, the node of an interrupted
@@ -225,11 +221,13 @@ def _probe_answer(ref: Any, node_id: str, deadline: float) -> Any:
     import ray
     from ray.exceptions import GetTimeoutError
 
+    from stepscale.sweeps.launch.ray_pool import node_alive
+
     while True:
         ready, _ = ray.wait([ref], timeout=min(1.0, max(0.0, deadline - time.monotonic())))
         if ready:
             return ray.get(ref)
-        if not _alive(node_id):
+        if not node_alive(node_id):
             raise _NodeGone(node_id)
         if time.monotonic() >= deadline:
             raise GetTimeoutError(f"no answer from node {node_id}")
@@ -245,7 +243,7 @@ def probe_run_dir(cfg: RayLauncherConfig, run_dir: Path) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from stepscale.sweeps.launch.ray_host import remove_probe, write_probe
-    from stepscale.sweeps.launch.ray_pool import bundle
+    from stepscale.sweeps.launch.ray_pool import bundle, node_alive
 
     folder = _nearest_existing(run_dir)
     nodes = fitting_nodes(bundle(cfg))
@@ -274,7 +272,7 @@ def probe_run_dir(cfg: RayLauncherConfig, run_dir: Path) -> None:
             problems.append(f"{where} did not answer within {cfg.probe_timeout_s:g} s")
             continue
         except RayError as exc:
-            if not _alive(node):
+            if not node_alive(node):
                 continue
             problems.append(f"{where}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
             continue

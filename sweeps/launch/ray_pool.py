@@ -147,7 +147,7 @@ class RayJobHandle:
             return True
         self.slot_ref.kill()
         nodes = self.slot_ref.node_ids()
-        if nodes is not None and (lost[0].preempted or not all(_node_alive(n) for n in nodes)):
+        if nodes is not None and (lost[0].preempted or not all(node_alive(n) for n in nodes)):
             self._lost = lost[0]
             return self._interrupt_when_quiet()
         now = time.monotonic()
@@ -228,7 +228,8 @@ def node_death_window_s() -> float:
         return 30.0
 
 
-def _node_alive(node_id: str) -> bool:
+def node_alive(node_id: str) -> bool:
+    """Does Ray list node ``node_id`` as alive?"""
     return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
 
