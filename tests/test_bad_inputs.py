@@ -449,6 +449,7 @@ CLASSES["meaning"] = {
     "run: negative sampler start-up trials": case(
         *SMOKE, "sampler.n_startup_trials=-2", says="sampler.n_startup_trials"
     ),
+    "run: a negative sampler lag": case(*SMOKE, "sampler.lag=-1", says="sampler.lag"),
     "run: a grid bigger than its points": case(
         *SMOKE, "sampler=grid", "nuisance.lr.scale=linear", "nuisance.lr.low=0.01", "+nuisance.lr.step=0.01",
         "budget.trials_per_point=9", says="budget.trials_per_point=9",

@@ -164,6 +164,7 @@ def test_pruning_compares_trials_within_a_point_only(
     args = [
         *study, "~scientific.batch_size", "budget.trials_per_point=4", "pruner.n_startup_trials=1",
         "objective.kind=final_eval_loss", f"run_dir={tmp_path / 'p'}",
+        "sampler.lag=0",  # each trial's history: every lower-numbered trial of its point
     ]  # fmt: skip
     code, _, err = _run_inline(capsys, *args)
     assert code == 0, err

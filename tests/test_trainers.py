@@ -167,7 +167,9 @@ def test_the_built_in_smoke_study_gives_the_trials_recorded_before_the_trainer_i
     # AVX-512) give losses that differ in the last bits, and 30 steps at a high LR grow that
     # to ~1% (measured: 1.3284 vs 1.3101 final eval loss, the same trial, the same code).
     # On one machine a re-run is bit-identical (test_train.py checks that).
-    res = sweep("run", "conf=smoke", "parallelism=1", f"run_dir={tmp_path / 'run'}", cwd=tmp_path)
+    # sampler.lag=0: each trial drawn from every earlier trial of its point, as then.
+    run = ("run", "conf=smoke", "parallelism=1", "sampler.lag=0", f"run_dir={tmp_path / 'run'}")
+    res = sweep(*run, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     expected = json.loads(GOLDEN.read_text())
     got = {}

@@ -38,3 +38,6 @@ class TrialSpec:
     on_spike: dict[str, Any] | None = None
     # (fraction of the horizon, least progress toward the target): sweeps.job.no_progress
     no_progress: tuple[float, float] | None = None
+    # the pruner decides from the point's trials 0 … number − 1 − history_lag alone
+    # (sampler.lag; sweeps.study.ordered)
+    history_lag: int = 0

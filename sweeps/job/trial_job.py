@@ -182,7 +182,7 @@ def _optuna_trial(spec: TrialSpec) -> tuple[Any | None, set[int]]:
     study = optuna.load_study(
         study_name=spec.study_name,
         storage=storage,
-        pruner=make_pruner(PrunerConfig(**spec.pruner), horizon=spec.horizon),
+        pruner=make_pruner(PrunerConfig(**spec.pruner), horizon=spec.horizon, lag=spec.history_lag),
     )
     reported = set(storage.get_trial(spec.trial_id).intermediate_values)
     return optuna.trial.Trial(study, spec.trial_id), reported

@@ -52,6 +52,7 @@ from stepscale.sweeps.run.runlock import RunLock
 from stepscale.sweeps.run.signals import StopRequest
 from stepscale.sweeps.run.transfer import TransferRun
 from stepscale.sweeps.run.trial_records import adopted_record, json_scalar, trial_record
+from stepscale.sweeps.study import ordered
 from stepscale.sweeps.study.samplers import derived_seed, make_sampler
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Point, SearchSpace
@@ -179,7 +180,7 @@ class Scheduler:
             study.enqueue_trial(
                 best.params, user_attrs={"kind": "confirm", "seed": self.cfg.seed + k}
             )
-        self._use_sampler(point, len(trials), dists)
+        self._use_sampler(point, ordered.next_number(trials), dists, trials)
         # study.ask(fixed_distributions=dists), one write at a time: the trial is created,
         # then each parameter recorded. A kill in between leaves a RUNNING trial without
         # (all of) its parameters, which the next orchestrator completes (_complete_ask).
@@ -195,16 +196,29 @@ class Scheduler:
             trial.set_user_attr("seed", self.cfg.seed)
         return self._prepare(point, study.get_trials(deepcopy=False)[trial.number], attempt=1)
 
-    def _use_sampler(self, point: Point, number: int, dists: dict[str, BaseDistribution]) -> None:
-        """Give the point's study the sampler that draws its trial ``number``."""
+    def _use_sampler(
+        self,
+        point: Point,
+        number: int,
+        dists: dict[str, BaseDistribution],
+        trials: list[FrozenTrial],
+    ) -> None:
+        """Give the point's study the sampler that draws its trial ``number``: one that
+        learns from history (TPE, GP) draws from the point's trials 0 … number − 1 − lag
+        alone (`sweeps.study.ordered`), whatever else has ended or is running."""
         per_ask = self.cfg.sampler.name not in ("qmc", "grid")
         seed = self.cfg.sampler.seed if self.cfg.sampler.seed is not None else self.cfg.seed
         sampler_seed = (
             derived_seed(seed, point.label, number) if per_ask else derived_seed(seed, point.label)
         )
-        self.studies[point.label].sampler = make_sampler(
+        sampler = make_sampler(
             self.cfg.sampler, sampler_seed, self.cfg.budget.trials_per_point, dists
         )
+        if self.cfg.sampler.name in ordered.HISTORY_SAMPLERS:
+            past = ordered.history(trials, number, self.cfg.sampler.lag)
+            params = ordered.draw_from_history(sampler, past, dists)
+            sampler = ordered.fixed_sampler(params, sampler_seed)
+        self.studies[point.label].sampler = sampler
 
     def _cut_short(self, o: adoption.Orphan) -> bool:
         """Was this trial's ask cut short (its orchestrator killed between creating it and
@@ -221,7 +235,7 @@ class Scheduler:
         dists = self.space.distributions(o.point.label)
         if self.transfer is not None:
             dists = self.transfer.distributions(o.point.label, dists)
-        self._use_sampler(o.point, o.trial.number, dists)
+        self._use_sampler(o.point, o.trial.number, dists, self._trials(o.point))
         trial = optuna.Trial(study, o.trial._trial_id)
         for name, dist in dists.items():
             if name not in o.trial.params:
@@ -336,6 +350,7 @@ class Scheduler:
             stop_at_target=bool(self.cfg.objective.stop_at_target),
             on_spike=self._on_spike(),
             no_progress=self._no_progress(),
+            history_lag=self.cfg.sampler.lag,
         )
 
     def _on_spike(self) -> dict[str, Any] | None:
@@ -566,13 +581,8 @@ class Scheduler:
                 if self.signals.signum is not None:
                     break  # stopping: submit nothing more
                 with self.lock:
-                    serving = (
-                        self.transfer.serving(self.space.points, self._trials)
-                        if self.transfer is not None
-                        else {}
-                    )
                     choice = budget.pick_point(
-                        self.space.points, self._trials, self.cfg.budget, **serving
+                        self.space.points, self._trials, self.cfg.budget, **self._serving()
                     )
                     if choice is None:
                         break
@@ -583,6 +593,7 @@ class Scheduler:
                         len(group) < per_job
                         and in_flight() < self.cfg.parallelism
                         and budget.needs(self.cfg.budget, self._trials(point)) == kind
+                        and self._history_ready(point)
                     ):
                         group.append(self._ask(point, kind))
                 if not together:
@@ -595,6 +606,32 @@ class Scheduler:
             raise
         if self.progress is not None:
             self.progress(self.stats())
+
+    def _history_ready(self, point: Point) -> bool:
+        """Whether the point's next trial may be asked: when the sampler or the pruner reads
+        other trials, once its history (trials 0 … n − 1 − lag) has ended
+        (`sweeps.study.ordered`)."""
+        reads_history = (
+            self.cfg.sampler.name in ordered.HISTORY_SAMPLERS or self.cfg.pruner.name != "none"
+        )
+        return not reads_history or ordered.history_ready(self._trials(point), self.cfg.sampler.lag)
+
+    def _serving(self) -> dict[str, Any]:
+        """The order and readiness points are served by (`budget.pick_point`): transfer's,
+        and the history's."""
+        serving: dict[str, Any] = (
+            self.transfer.serving(self.space.points, self._trials)
+            if self.transfer is not None
+            else {}
+        )
+        transfer_ready = serving.get("ready")
+
+        def ready(point: Point) -> bool:
+            if transfer_ready is not None and not transfer_ready(point):
+                return False
+            return self._history_ready(point)
+
+        return {**serving, "ready": ready}
 
     def _wait(self, seconds: float) -> None:
         """Sleep up to ``seconds``; a local job whose process ends wakes us at once (its

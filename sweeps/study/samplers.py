@@ -15,6 +15,7 @@ import optuna
 import optuna.distributions as od
 
 from stepscale.errors import UsageError
+from stepscale.sweeps.study.ordered import HistoryPruner
 from stepscale.sweeps.study.schema import PrunerConfig, SamplerConfig
 
 SAMPLERS = ("tpe", "qmc", "random", "grid", "gp")
@@ -76,6 +77,11 @@ def check_sampler(cfg: SamplerConfig) -> None:
             f"sampler.n_startup_trials: must be ≥ 0 (or null: the default), "
             f"got {cfg.n_startup_trials}"
         )
+    if cfg.lag < 0:
+        raise UsageError(
+            f"sampler.lag: must be ≥ 0 (trial n of a point is drawn and pruned from the "
+            f"point's trials 0 … n − 1 − lag), got {cfg.lag}"
+        )
     if cfg.name == "gp":
         try:
             import torch  # noqa: F401
@@ -133,21 +139,25 @@ def check_pruner(cfg: PrunerConfig) -> None:
         )
 
 
-def make_pruner(cfg: PrunerConfig, horizon: int | None) -> optuna.pruners.BasePruner:
-    """The pruner; resources are optimizer steps."""
+def make_pruner(cfg: PrunerConfig, horizon: int | None, lag: int = 0) -> optuna.pruners.BasePruner:
+    """The pruner; resources are optimizer steps. It decides for trial n of a point from
+    the point's trials 0 … n − 1 − ``lag`` alone (`sweeps.study.ordered`), Hyperband
+    excepted (its brackets read the storage themselves)."""
     if cfg.name == "none":
         return optuna.pruners.NopPruner()
     if cfg.name == "deadline":
-        return DeadlinePruner(cfg.deadline_factor, horizon)
+        return HistoryPruner(DeadlinePruner(cfg.deadline_factor, horizon), lag)
     if cfg.name == "median":
-        return optuna.pruners.MedianPruner(
+        median = optuna.pruners.MedianPruner(
             n_startup_trials=cfg.n_startup_trials, n_warmup_steps=cfg.n_warmup_steps
         )
+        return HistoryPruner(median, lag)
     min_resource: Any = cfg.min_resource if cfg.min_resource is not None else "auto"
     if cfg.name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(
+        halving = optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_resource, reduction_factor=cfg.reduction_factor
         )
+        return HistoryPruner(halving, lag)
     return optuna.pruners.HyperbandPruner(
         min_resource=cfg.min_resource or 1,
         max_resource=horizon or "auto",
@@ -157,7 +167,7 @@ def make_pruner(cfg: PrunerConfig, horizon: int | None) -> optuna.pruners.BasePr
 
 class DeadlinePruner(optuna.pruners.BasePruner):
     """Stop a trial once it has trained ``factor`` × the fewest steps to target of any
-    complete trial of its point (what Optuna was told: a reached target's step; a value
+    complete trial it sees (its point's history: `HistoryPruner`) (what Optuna was told: a reached target's step; a value
     above the horizon means not reached). Such a trial cannot become the point's steps to
     result, so with ``factor`` ≥ 1 the steps to result of the study are those it would
     have had without pruning; only what the sampler learns from the stopped trials

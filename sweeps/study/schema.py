@@ -158,6 +158,11 @@ class SamplerConfig:
     name: str = "tpe"  # tpe | qmc | random | grid | gp
     seed: int | None = None  # default: the study seed
     n_startup_trials: int | None = None  # tpe/gp: default min(10, trials_per_point // 2)
+    # Trial n of a point is drawn (tpe, gp) and pruned from the point's trials 0 … n − 1 − lag
+    # alone, and asked once those have ended, so up to lag + 1 trials of a point run at once
+    # and the trials do not depend on parallelism or completion order
+    # (stepscale.sweeps.study.ordered).
+    lag: int = 1
     # Transfer between points (stepscale.sweeps.run.transfer): each point's first trial is the
     # optimum predicted from the points already tuned, and its LR range is narrowed to a
     # factor transfer_width either side of the prediction (never outside the declared range).

@@ -1,0 +1,165 @@
+"""Decisions that do not depend on completion order (sweeps.study.ordered): the pruner and
+the sampler read a trial's history alone (its point's trials 0 … n − 1 − lag), a point's
+next trial waits for its history to end, a trial is never pruned at the evaluation where
+it reached the target, and a shrunk copy of the fast demo gives the same trials and B_crit
+at parallelism 1, 2 and 4 beside a CPU burner."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import optuna.distributions as od
+import pytest
+from optuna.trial import TrialState
+
+from stepscale.analysis.analyze import analyze
+from stepscale.analysis.fingerprint import params_hash, trial_rows
+from stepscale.analysis.headline import headline
+from stepscale.analysis.load import load
+from stepscale.reporters import JsonlReporter
+from stepscale.sweeps.job.heartbeat import JobHeartbeat
+from stepscale.sweeps.job.trial_job import TrialReporter
+from stepscale.sweeps.study.ordered import draw_from_history, history_ready
+from stepscale.sweeps.study.samplers import make_pruner
+from stepscale.sweeps.study.schema import PrunerConfig
+from stepscale.trainer import Action
+from tests.helpers import SWEEP, user_env
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+TARGET = 1.0
+DEADLINE = PrunerConfig(name="deadline", deadline_factor=2.0)
+
+
+def _trial(study: optuna.Study, losses: dict[int, float], told: float | None = None) -> int:
+    trial = study.ask()
+    for step, loss in losses.items():
+        trial.report(loss, step)
+    if told is not None:
+        study.tell(trial, told)
+    return trial.number
+
+
+def _frozen(
+    study: optuna.Study, number: int, last: dict[int, float] | None = None
+) -> optuna.trial.FrozenTrial:
+    frozen = study.get_trials(deepcopy=True)[number]
+    if last is not None:
+        frozen.intermediate_values = last
+    return frozen
+
+
+def test_the_deadline_reads_the_trials_history_alone() -> None:
+    study = optuna.create_study(direction="minimize")
+    _trial(study, {10: 0.5}, told=10.0)  # trial 0 reached the target at step 10
+    _trial(study, {4: 0.5}, told=4.0)  # trial 1 reached it at 4
+    three = _trial(study, {25: 2.0})  # trial 2: with lag 1 it sees trial 0 alone
+    _trial(study, {2: 0.5}, told=2.0)  # trial 3, higher-numbered: never seen by trial 2
+    lag1, lag0 = make_pruner(DEADLINE, horizon=100, lag=1), make_pruner(DEADLINE, 100, lag=0)
+    assert lag1.prune(study, _frozen(study, three))  # 25 > 2 × 10 (trial 0)
+    assert not lag1.prune(study, _frozen(study, three, {20: 2.0}))  # 20 ≤ 2 × 10
+    assert lag0.prune(study, _frozen(study, three, {20: 2.0}))  # lag 0: trial 1's 4 counts
+    assert not lag0.prune(study, _frozen(study, three, {8: 2.0}))  # 8 ≤ 2 × 4: 3's 2 unseen
+
+
+def test_the_median_reads_the_trials_history_alone() -> None:
+    median = make_pruner(PrunerConfig(name="median", n_startup_trials=1), horizon=100, lag=1)
+    study = optuna.create_study(direction="minimize")
+    _trial(study, {5: 3.0}, told=3.0)  # trial 0
+    _trial(study, {5: 0.1}, told=0.1)  # trial 1: not in trial 2's history at lag 1
+    two = _trial(study, {5: 2.0})
+    _trial(study, {5: 0.1}, told=0.1)  # trial 3: higher-numbered
+    assert not median.prune(study, _frozen(study, two))  # 2.0 < trial 0's 3.0
+    assert make_pruner(PrunerConfig(name="median", n_startup_trials=1), 100, lag=0).prune(
+        study, _frozen(study, two)
+    )  # lag 0: the median of trials 0 and 1 is below 2.0
+
+
+def test_a_trial_is_never_pruned_at_the_evaluation_where_it_reached_the_target(
+    tmp_path: Path,
+) -> None:
+    study = optuna.create_study(
+        direction="minimize", pruner=make_pruner(DEADLINE, horizon=100, lag=0)
+    )
+    _trial(study, {5: 0.5}, told=5.0)  # the point's fewest steps to target: 5
+    reporters = []
+    for name in ("reached", "above"):
+        folder = tmp_path / name
+        folder.mkdir()
+        trial = optuna.Trial(study, study.ask()._trial_id)
+        reporter = TrialReporter(
+            JsonlReporter(folder), trial, JobHeartbeat(folder, active=False), target=TARGET
+        )
+        reporter.begin(0)
+        reporters.append(reporter)
+    # step 20 > 2 × 5, but its loss is below the target: it reached it here
+    assert reporters[0].report(20, {"eval_loss": 0.9}) == Action.CONTINUE
+    assert reporters[1].report(20, {"eval_loss": 1.1}) == Action.PRUNE  # above it: pruned
+
+
+def test_the_sampler_draws_from_its_history_alone_and_waits_for_it() -> None:
+    dists = {"lr": od.FloatDistribution(1e-4, 1e-1, log=True)}
+    study = optuna.create_study(direction="minimize")
+    for i in range(6):
+        study.tell(study.ask(dists), float(i))
+    past = study.get_trials(deepcopy=False)
+    running = study.ask(dists)  # trial 6, running: not part of any history
+
+    def draw(trials: list[optuna.trial.FrozenTrial]) -> float:
+        sampler = optuna.samplers.TPESampler(seed=3, n_startup_trials=2)
+        return draw_from_history(sampler, trials, dists)["lr"]
+
+    assert draw(past) == draw(past)
+    assert draw(past) == draw([*past, study.get_trials(deepcopy=False)[running.number]])
+    assert draw(past) != draw(past[:1])  # what it sees matters
+    trials = study.get_trials(deepcopy=False)
+    assert history_ready(trials, lag=1)  # trial 7 sees 0 … 5, all ended
+    assert not history_ready(trials, lag=0)  # trial 7 would see trial 6, still running
+    assert trials[-1].state == TrialState.RUNNING
+
+
+# A smoke-sized copy of batchsize_vs_steps_fast: adaptive batch sizes, transfer between
+# points, deadline pruning, TPE, stop at target.
+AXIS = "scientific.batch_size.adaptive"
+SHRUNK = [
+    "conf=smoke", "scientific.batch_size.values=[]", f"{AXIS}.low=4", f"{AXIS}.high=32",
+    f"{AXIS}.max_points=3", "budget.trials_per_point=4", "budget.max_steps=30",
+    "sampler.transfer=true", "objective.stop_at_target=true", "pruner.name=deadline",
+    "pruner.deadline_factor=1.0", "train.eval_every=5", "train.devices=1",
+    # a range wide enough for some trials to miss the target (the deadline prunes them), and
+    # no no-progress rule, which would prune them first
+    "nuisance.lr.low=1e-4", "budget.no_progress_by=null",
+]  # fmt: skip
+BURNER = "import time\nend = time.time() + 60\nwhile time.time() < end: pass\n"
+
+
+def _start(parallelism: int, run: Path) -> subprocess.Popen[str]:
+    cmd = [SWEEP, "run", *SHRUNK, f"parallelism={parallelism}", f"run_dir={run}"]
+    return subprocess.Popen(
+        cmd, cwd=run.parent, env=user_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_same_trials_and_bcrit_at_parallelism_1_2_and_4_beside_a_cpu_burner(
+    tmp_path: Path,
+) -> None:
+    burner = subprocess.Popen([sys.executable, "-c", BURNER])
+    try:
+        runs = {p: tmp_path / f"p{p}" for p in (1, 2, 4)}
+        procs = {p: _start(p, run) for p, run in runs.items()}
+        for p, proc in procs.items():
+            _, err = proc.communicate(timeout=540)
+            assert proc.returncode == 0, (p, err[-3000:])
+    finally:
+        burner.kill()
+        burner.wait()
+    hashes = {p: params_hash(run) for p, run in runs.items()}
+    assert len(set(hashes.values())) == 1, {p: trial_rows(r) for p, r in runs.items()}
+    rows = trial_rows(runs[1])
+    assert len(rows) >= 9 and any(r["state"] == "pruned" for r in rows), rows
+    answers = {p: headline(analyze(load(run))).groups[0] for p, run in runs.items()}
+    assert len({(a.value, tuple(a.ci)) for a in answers.values()}) == 1, answers
