@@ -27,6 +27,7 @@ from stepscale.analysis.dataset import (
     trial_steps,
 )
 from stepscale.analysis.fits.lr import LRLaw, OptimalLR, fit_lr_law, optimal_lr
+from stepscale.analysis.fits.seed_part import SeedPart, seed_part
 from stepscale.analysis.fits.spread import (
     NoiseScaleSummary,
     SeedSpread,
@@ -153,6 +154,24 @@ def _lr_fits(
     except ValueError as exc:
         notes.append(f"η*(B) not fitted: {exc}")
     return opt, law, notes
+
+
+def _seed_part(
+    ds: xr.Dataset,
+    axes: StudyAxes,
+    sel: np.ndarray,
+    x: np.ndarray,
+    ts: TrialSteps,
+    target: float | None,
+    at: BcritAtTargets | None,
+) -> SeedPart | None:
+    """The training seed's part of B_crit's interval at ``target``, from the scatter of the
+    group's tune trials about each batch size's LR curve (`analysis.fits.seed_part`)."""
+    if at is None or target is None or axes.lr is None or float(target) not in at.fits:
+        return None
+    fit = at.fits[float(target)]
+    rows = sel & (ds["kind"].values == "tune") & np.isin(ds["state"].values, list(FINAL_STATES))
+    return seed_part(fit, x[rows], _num(ds, axes.lr.coord)[rows], ts.steps[target][rows])
 
 
 def _ended_above_initial_loss(ds: xr.Dataset, obj: np.ndarray) -> np.ndarray:
@@ -330,6 +349,7 @@ def analyze(
                 seeds=_seeds(ds, sel, x, ts, target),
                 noise=_noise(ds, sel, best),
                 notes=tuple(gnotes),
+                seed_part=_seed_part(ds, axes, sel, x, ts, target, at),
             )
         )
 

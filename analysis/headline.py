@@ -29,6 +29,7 @@ from typing import Any
 
 from stepscale.analysis.fits.lr import LRLaw
 from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
+from stepscale.analysis.fits.seed_part import SEED_SETTLED, SeedPart
 from stepscale.analysis.fits.steps import StepsFit
 from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
@@ -192,6 +193,10 @@ class GroupHeadline(Record):
     # B_crit at the study's other targets whose S(B) fit is well-posed and determined:
     # (target, B_crit, low, high), hardest target first
     at_targets: tuple[tuple[float, float, float, float], ...] = ()
+    # the training seed's part (analysis.fits.seed_part; None: not measured): ``ci`` is then
+    # the fit's own interval (``fit_ci``) and the seed's, joined
+    fit_ci: tuple[float, float] | None = None
+    seed_part: SeedPart | None = None
 
     def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Determined and why not before the best point (empty texts as null); the per-point
@@ -246,9 +251,10 @@ class Headline(Record):
             if not g.determination.determined:
                 return f"{prefix}B_crit{at}: {NOT_DETERMINED} — {g.determination.reason} ({basis})"
             lo, hi = g.ci
+            seed = f", {g.seed_part.text()}" if g.seed_part is not None else ""
             return (
                 f"{prefix}B_crit{at} = {sig(g.value)} {self.batch_unit} "
-                f"(95% interval {sig(lo)}–{sig(hi)}; {basis})"
+                f"(95% interval {sig(lo)}–{sig(hi)}{seed}; {basis})"
             )
         basis = f"rests on {g.n_points} points, {trials}"
         if not g.determination.determined:
@@ -283,6 +289,8 @@ class Headline(Record):
                     f"< {t:g}: {sig(v)} ({sig(lo)}–{sig(hi)})" for t, v, lo, hi in g.at_targets
                 ]
                 out.append(f"  {pre}B_crit at other targets: {'; '.join(parts)}")
+        if self.kind == "b_crit":
+            out += [line for g in self.groups if (line := _seed_line(g))]
         if self.learning.points:
             out.append(self.learning.line())
         return out
@@ -320,6 +328,18 @@ def _other_targets(
     return tuple(out)
 
 
+def _seed_line(g: GroupHeadline) -> str:
+    """A line when the answer is not settled across training seeds (docs/report.md)."""
+    if not g.determination.determined or g.seed_part is None or g.seed_part.settled:
+        return ""
+    pre = "" if g.group == "all" else f"{g.group}: "
+    return (
+        f"  {pre}NOT SETTLED ACROSS SEEDS: another training seed may move B_crit ×/÷ "
+        f"{g.seed_part.factor:.2f} (more than {SEED_SETTLED:g}; estimated from the trials' "
+        f"scatter at each batch size); the interval includes it"
+    )
+
+
 def headline(a: StudyAnalysis) -> Headline:
     """The headline of a study's analysis (see the module docstring)."""
     groups: list[GroupHeadline] = []
@@ -343,16 +363,20 @@ def headline(a: StudyAnalysis) -> Headline:
                 )
                 continue
             problem = g.problem_at(a.target)
+            fit_ci = (float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1]))
+            part = g.seed_part
             groups.append(
                 GroupHeadline(
                     g.group,
                     fit.b_crit,
-                    (float(fit.b_crit_ci[0]), float(fit.b_crit_ci[1])),
+                    part.joint_ci if part is not None else fit_ci,
                     fit.n_points,
                     n_trials,
                     steps_fit_determination(fit),
                     warnings=tuple(fit.warnings) + ((problem,) if problem else ()),
                     at_targets=_other_targets(g, a.target),
+                    fit_ci=fit_ci,
+                    seed_part=part,
                 )
             )
     else:

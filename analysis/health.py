@@ -8,7 +8,11 @@ have been told so?
 - **interval**: the 95% interval of B_crit spans more than a factor 3;
 - **trials per point**: the replay (:mod:`analysis.replay`) of random subsets of K trials
   per point moves B_crit by more than the stated precision (median error 15%) for every
-  K below the study's trials per point: the study may have too few to claim it.
+  K below the study's trials per point: the study may have too few to claim it;
+- **training seed**: the training seed's part of B_crit's interval, estimated from the
+  scatter of the trials about each batch size's LR curve (:mod:`analysis.fits.seed_part`),
+  moves B_crit by more than a factor 1.25 either way: the answer is not settled across seeds
+  (the first screen's interval includes the seed's part).
 
 Pure functions of the analysis, the Dataset, the search space (space.json) and a replay.
 """
@@ -27,6 +31,7 @@ import xarray as xr
 
 from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.records import Record, as_json
+from stepscale.analysis.fits.seed_part import SEED_SETTLED
 from stepscale.analysis.replay import ReplayResult
 from stepscale.analysis.study import StudyAnalysis
 
@@ -199,6 +204,35 @@ def _trials_needed(replay: ReplayResult) -> list[HealthCheck]:
     return out
 
 
+def _training_seed(a: StudyAnalysis) -> list[HealthCheck]:
+    out = []
+    for g in a.groups:
+        if g.fit_at(a.target) is None:
+            continue
+        prefix = "" if g.group == "all" else f"{g.group}: "
+        part = g.seed_part
+        if part is None:
+            msg = (
+                f"{prefix}not measured: too few trials reached the target at 4 or more "
+                "learning rates of one batch size to see the seed's scatter, so B_crit's "
+                "interval is one training seed's and the answer is not known to hold at another"
+            )
+            out.append(HealthCheck("training seed", True, msg))  # told, not a warning
+            continue
+        lo, hi = part.ci
+        msg = (
+            f"{prefix}another training seed may move B_crit ×/÷ {part.factor:.3g} (95%: "
+            f"[{lo:.4g}, {hi:.4g}]; σ = {part.sigma:.3g} of log steps to target at fixed "
+            f"settings, from the trials' scatter about each batch size's LR curve, "
+            f"{part.df} degrees of freedom); it is {part.share:.0%} of the joint interval "
+            f"[{part.joint_ci[0]:.4g}, {part.joint_ci[1]:.4g}]"
+        )
+        if not part.settled:
+            msg += f": not settled across seeds (more than ×/÷ {SEED_SETTLED:g})"
+        out.append(HealthCheck("training seed", part.settled, msg))
+    return out
+
+
 def health_checks(
     a: StudyAnalysis,
     ds: xr.Dataset,
@@ -210,6 +244,7 @@ def health_checks(
     if space:
         out.append(_edges(a, ds, space))
     out += _around(a)
+    out += _training_seed(a)
     if replay is not None:
         out += _trials_needed(replay)
     return tuple(out)

@@ -37,6 +37,7 @@ from stepscale.analysis.dataset import (
 )
 from stepscale.analysis.fits.lr import LRLaw, OptimalLR
 from stepscale.analysis.fits.records import Record
+from stepscale.analysis.fits.seed_part import SeedPart
 from stepscale.analysis.fits.spread import (
     NoiseScaleSummary,
     SeedSpread,
@@ -74,6 +75,8 @@ class GroupFits:
     seeds: SeedSpread | None
     noise: Mapping[str, NoiseScaleSummary]
     notes: tuple[str, ...] = field(default=())
+    # the training seed's part of B_crit's interval at the study's target (None: not measured)
+    seed_part: SeedPart | None = None
 
     def fit_at(self, target: float | None) -> StepsFit | None:
         """The S(B) fit at ``target`` (None if not fitted there)."""

@@ -26,6 +26,7 @@ SWEEP = str(Path(sys.executable).with_name("sweep"))
 TINY = [
     "scientific.batch_size.values=[4,8,16]",
     "budget.trials_per_point=2",
+    "sampler.lag=0",  # one trial at a time, each judged against every earlier one
     "budget.max_steps=60",
     "trainer.config.eval_interval=10",
     "trainer.config.eval_iters=4",

@@ -37,6 +37,7 @@ EXAMPLE = ROOT / "examples" / "hf_trainer"
 # also reached the target, where no trial is pruned (docs/science.md).
 TINY = [
     "budget.trials_per_point=2",
+    "sampler.lag=0",  # one trial at a time, each judged against every earlier one
     "sampler.name=grid",
     "nuisance.lr.type=categorical",
     "+nuisance.lr.choices=[0.01,0.001]",

@@ -37,6 +37,7 @@ EXAMPLE = ROOT / "examples" / "lightning_char"
 # reached the target first moved with the step at which the first trial was killed.
 TINY = [
     "budget.trials_per_point=2",
+    "sampler.lag=0",  # one trial at a time, each judged against every earlier one
     "sampler.name=grid",
     "nuisance.lr.type=categorical",
     "+nuisance.lr.choices=[0.02,0.004]",

@@ -561,6 +561,7 @@ def test_a_job_runs_a_queue_of_trials_and_a_requeue_resumes_the_one_it_was_runni
         "run", "conf=numpy_batchsize", "--config-dir", str(example),
         "scientific.batch_size.values=[16]", "budget.trials_per_point=3", "parallelism=3",
         "launcher.trials_per_job=3", "trainer.config.train.sleep_s=0.02", *SLURM,
+        "sampler.lag=2",  # three trials of the point asked at once (sweeps.study.ordered)
         f"run_dir={run_dir}",
     ]  # fmt: skip
     proc = _popen(args, compile_cache, tmp_path)

@@ -38,12 +38,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from stepscale.rundir import JOB_HEARTBEAT, LOGS_DIR
 from stepscale.sweeps.job import heartbeat
 from stepscale.sweeps.launch.ray_host import ENV_NUM_PROCESSES, ENV_PROCESS_ID, TrialHost
+from stepscale.sweeps.launch.workers import JOB_STOPPED as STOPPED
 from stepscale.sweeps.launch.workers import WorkerJobError
 from stepscale.sweeps.study.launcher_configs import RayLauncherConfig
 
 STOP_GRACE_S = 60.0  # a stopped job's processes checkpoint within this, else are killed
 NODE_DEATH_MARGIN_S = 5.0  # for a node's death to reach the driver after Ray decided it
-STOPPED = "the job was stopped"  # how a stopped job's outcome begins (sweeps.launch.workers)
 
 
 class NodeLost(RuntimeError):

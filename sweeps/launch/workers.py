@@ -43,8 +43,17 @@ _THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NU
 STOP_GRACE_S = 60.0
 
 
+# How the outcome of a job stopped by a signal begins (Ctrl-C, SIGTERM: not its own failure).
+JOB_STOPPED = "the job was stopped"
+
+
 class WorkerJobError(RuntimeError):
     """A job that raised in its worker (its traceback), or whose worker died."""
+
+
+def was_stopped(ok: bool, result: Any) -> bool:
+    """Whether a job's outcome says it was stopped by a signal, not that it failed."""
+    return not ok and isinstance(result, WorkerJobError) and str(result).startswith(JOB_STOPPED)
 
 
 @dataclass
@@ -128,7 +137,7 @@ class WarmJobHandle:
                 WorkerJobError(f"failed during processing with trace:\n{payload}"),
             )
         else:
-            self._outcome = (False, WorkerJobError(f"the job was stopped ({payload})"))
+            self._outcome = (False, WorkerJobError(f"{JOB_STOPPED} ({payload})"))
         self.rss = rss
 
     def done(self) -> bool:

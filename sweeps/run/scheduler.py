@@ -43,6 +43,7 @@ from stepscale.sweeps.job.trial_job import TrialJob
 from stepscale.sweeps.launch.base import was_interrupted
 from stepscale.sweeps.launch.launchers import JobRequest, TrialHandle, make_launcher
 from stepscale.sweeps.launch.submission import SubmissionFailed
+from stepscale.sweeps.launch.workers import was_stopped
 from stepscale.sweeps.run import adoption, budget, orchestrators, outcomes
 from stepscale.sweeps.run.adaptive import AdaptiveRun
 from stepscale.sweeps.run.killpoints import kill_point
@@ -397,6 +398,11 @@ class Scheduler:
             status = outcomes.final_status(ok, result)
             if status is not None:
                 self._finalize(run.point, trial_id, run.folder, status, run.record)
+                continue
+            if self.signals.signum is not None and was_stopped(ok, result):
+                # Stopped by the signal that stops this orchestrator (Ctrl-C to the group
+                # reaches the job too): not a failure; the next run resumes the same attempt.
+                self._mark_stopped(run)
                 continue
             if was_interrupted(run.handle):  # its node died: the same attempt, elsewhere
                 trial = self.storage.get_trial(trial_id)
