@@ -158,20 +158,25 @@ def _lr_fits(
 
 def _seed_part(
     ds: xr.Dataset,
-    axes: StudyAxes,
     sel: np.ndarray,
     x: np.ndarray,
     ts: TrialSteps,
     target: float | None,
     at: BcritAtTargets | None,
 ) -> SeedPart | None:
-    """The training seed's part of B_crit's interval at ``target``, from the scatter of the
-    group's tune trials about each batch size's LR curve (`analysis.fits.seed_part`)."""
-    if at is None or target is None or axes.lr is None or float(target) not in at.fits:
+    """The training seed's part of B_crit's interval at ``target``, from the group's confirm
+    seeds (`analysis.fits.seed_part`)."""
+    if at is None or target is None or float(target) not in at.fits:
         return None
+    seed = ds["seed"].values.astype(float)
+    kind = ds["kind"].values
+    conf = sel & (kind == "confirm") & np.isfinite(seed)
+    tune = sel & (kind == "tune") & np.isfinite(seed)
+    if not conf.any() or not tune.any():
+        return None
+    study_seed = int(np.median(seed[tune]))
     fit = at.fits[float(target)]
-    rows = sel & (ds["kind"].values == "tune") & np.isin(ds["state"].values, list(FINAL_STATES))
-    return seed_part(fit, x[rows], _num(ds, axes.lr.coord)[rows], ts.steps[target][rows])
+    return seed_part(fit, study_seed, x[conf], seed[conf], ts.steps[target][conf])
 
 
 def _ended_above_initial_loss(ds: xr.Dataset, obj: np.ndarray) -> np.ndarray:
@@ -349,7 +354,7 @@ def analyze(
                 seeds=_seeds(ds, sel, x, ts, target),
                 noise=_noise(ds, sel, best),
                 notes=tuple(gnotes),
-                seed_part=_seed_part(ds, axes, sel, x, ts, target, at),
+                seed_part=_seed_part(ds, sel, x, ts, target, at),
             )
         )
 

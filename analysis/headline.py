@@ -333,10 +333,11 @@ def _seed_line(g: GroupHeadline) -> str:
     if not g.determination.determined or g.seed_part is None or g.seed_part.settled:
         return ""
     pre = "" if g.group == "all" else f"{g.group}: "
+    part = g.seed_part
+    at = ", ".join(f"{sig(b)} at seed {k}" for k, b in zip(part.seeds, part.b_crits, strict=True))
     return (
         f"  {pre}NOT SETTLED ACROSS SEEDS: another training seed may move B_crit ×/÷ "
-        f"{g.seed_part.factor:.2f} (more than {SEED_SETTLED:g}; estimated from the trials' "
-        f"scatter at each batch size); the interval includes it"
+        f"{part.factor:.2f} (more than {SEED_SETTLED:g}; {at}); the interval includes it"
     )
 
 

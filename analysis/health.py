@@ -9,10 +9,11 @@ have been told so?
 - **trials per point**: the replay (:mod:`analysis.replay`) of random subsets of K trials
   per point moves B_crit by more than the stated precision (median error 15%) for every
   K below the study's trials per point: the study may have too few to claim it;
-- **training seed**: the training seed's part of B_crit's interval, estimated from the
-  scatter of the trials about each batch size's LR curve (:mod:`analysis.fits.seed_part`),
-  moves B_crit by more than a factor 1.25 either way: the answer is not settled across seeds
-  (the first screen's interval includes the seed's part).
+- **training seed**: the training seed's part of B_crit's interval, measured by refitting
+  S(B) at each confirm seed (:mod:`analysis.fits.seed_part`), moves B_crit by more than a
+  factor 1.25 either way: the answer is not settled across seeds (the first screen's
+  interval includes the seed's part); without confirm seeds the check says it is not
+  measured, without a warning.
 
 Pure functions of the analysis, the Dataset, the search space (space.json) and a replay.
 """
@@ -213,20 +214,22 @@ def _training_seed(a: StudyAnalysis) -> list[HealthCheck]:
         part = g.seed_part
         if part is None:
             msg = (
-                f"{prefix}not measured: too few trials reached the target at 4 or more "
-                "learning rates of one batch size to see the seed's scatter, so B_crit's "
-                "interval is one training seed's and the answer is not known to hold at another"
+                f"{prefix}not measured: no confirm seeds (budget.confirm_seeds) reached the "
+                "target at every batch size, so B_crit's interval is one training seed's; "
+                "another seed moves every trial together, which one seed's trials cannot show"
             )
             out.append(HealthCheck("training seed", True, msg))  # told, not a warning
             continue
         lo, hi = part.ci
+        values = ", ".join(f"{b:.4g}" for b in part.b_crits)
         msg = (
             f"{prefix}another training seed may move B_crit ×/÷ {part.factor:.3g} (95%: "
-            f"[{lo:.4g}, {hi:.4g}]; σ = {part.sigma:.3g} of log steps to target at fixed "
-            f"settings, from the trials' scatter about each batch size's LR curve, "
-            f"{part.df} degrees of freedom); it is {part.share:.0%} of the joint interval "
-            f"[{part.joint_ci[0]:.4g}, {part.joint_ci[1]:.4g}]"
+            f"[{lo:.4g}, {hi:.4g}]; B_crit {values} at seeds "
+            f"{', '.join(map(str, part.seeds))}); it is {part.share:.0%} of the joint "
+            f"interval [{part.joint_ci[0]:.4g}, {part.joint_ci[1]:.4g}]"
         )
+        if part.skipped:
+            msg += f"; confirm seed(s) {', '.join(map(str, part.skipped))} left out (not reached)"
         if not part.settled:
             msg += f": not settled across seeds (more than ×/÷ {SEED_SETTLED:g})"
         out.append(HealthCheck("training seed", part.settled, msg))

@@ -1,7 +1,8 @@
 """The training seed's part of B_crit (analysis.fits.seed_part) on synthetic studies with a
-known answer: trials whose log steps to target are a parabola in log LR around S(B) plus
-the seed's noise σ. The scatter gives σ back, and the seed's sd of log B_crit matches the
-spread of B_crit over many simulated training seeds of the same study."""
+known answer: a seed moves every batch size's steps together (a shift that grows toward the
+small batch sizes, which moves B_crit) plus noise per batch size. Confirm seeds give that
+spread back, the first screen's interval holds other seeds' B_crit about as often as it
+says, and a confirm seed that missed the target somewhere is left out."""
 
 from __future__ import annotations
 
@@ -10,65 +11,83 @@ import math
 import numpy as np
 import pytest
 
-from stepscale.analysis.fits.seed_part import joint_interval, scatter_sigma, seed_part
+from stepscale.analysis.fits.seed_part import joint_interval, seed_bcrits, seed_part
 from stepscale.analysis.fits.steps import StepsFit, fit_steps
 
 BATCH = np.array([4, 8, 16, 32, 64, 128, 256], dtype=float)
-S_MIN, B_CRIT, SIGMA, TRIALS = 100.0, 24.0, 0.12, 8
+S_MIN, B_CRIT = 20.0, 24.0
+TAU, SIGMA = 0.15, 0.03  # the seed's shared shift (at small batches), noise per batch size
 
 
-def _study(seed: int, lrs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One training seed: the same trials (``lrs`` per batch size), new noise."""
-    rng = np.random.default_rng(1000 + seed)
-    b = np.repeat(BATCH, TRIALS)
-    x = lrs.ravel()
-    curve = np.log(S_MIN * (1 + B_CRIT / b)) + 0.8 * (np.log(x) - np.log(3e-3)) ** 2
-    steps = np.exp(curve + SIGMA * rng.standard_normal(b.size))
-    return b, x, steps
+def _steps(rng: np.random.Generator) -> np.ndarray:
+    """Best steps to target per batch size at one training seed."""
+    shared = TAU * rng.standard_normal() * (1 / (1 + BATCH / B_CRIT))
+    return S_MIN * (1 + B_CRIT / BATCH) * np.exp(shared + SIGMA * rng.standard_normal(BATCH.size))
 
 
-def _fit(b: np.ndarray, steps: np.ndarray, n_boot: int = 200) -> StepsFit:
-    best = np.array([steps[b == size].min() for size in BATCH])
-    return fit_steps(BATCH, best, n_boot=n_boot, seed=0)
+def _study(rng: np.random.Generator, confirm: int) -> tuple[StepsFit, np.ndarray, ...]:
+    """The study at seed 0 (its fit) and its confirm runs at seeds 1 … confirm."""
+    fit = fit_steps(BATCH, _steps(rng), n_boot=200, seed=0)
+    runs = [(k, _steps(rng)) for k in range(1, confirm + 1)]
+    batch = np.concatenate([BATCH for _ in runs]) if runs else np.array([])
+    seed = np.concatenate([np.full(BATCH.size, k, float) for k, _ in runs]) if runs else batch
+    steps = np.concatenate([s for _, s in runs]) if runs else batch
+    return fit, batch, seed, steps
 
 
-def test_the_scatter_gives_the_seeds_noise_back() -> None:
-    lrs = np.exp(np.random.default_rng(7).uniform(np.log(1e-3), np.log(1e-2), (7, TRIALS)))
-    b, lr, steps = _study(0, lrs)
-    sigma, df, fitted = scatter_sigma(b, lr, steps, BATCH)
-    assert df == 7 * (5 - 3)  # 7 batch sizes, windows of 5 trials, a quadratic each
-    assert sigma == pytest.approx(SIGMA, rel=0.4)
-    assert set(fitted) == set(BATCH.tolist())
-    steps[b == 4] = np.nan  # nothing reached the target at B = 4: that batch size is left out
-    assert scatter_sigma(b, lr, steps, BATCH)[1] == 6 * 2
+def _bcrit(steps: np.ndarray) -> float:
+    return fit_steps(BATCH, steps, n_boot=0).b_crit
 
 
-def test_the_seeds_part_matches_the_spread_over_training_seeds() -> None:
-    lrs = np.exp(np.random.default_rng(7).uniform(np.log(1e-3), np.log(1e-2), (7, TRIALS)))
-    b, lr, steps = _study(0, lrs)
-    fit = _fit(b, steps)
-    part = seed_part(fit, b, lr, steps)
-    assert part is not None
-    others = [math.log(_fit(*_study(s, lrs)[::2], n_boot=0).b_crit) for s in range(1, 60)]
-    spread = float(np.std(others))
-    assert 0.6 * spread < part.sd_log_bcrit < 1.7 * spread, (part.sd_log_bcrit, spread)
+def test_confirm_seeds_give_the_seeds_spread_and_the_interval_holds_other_seeds() -> None:
+    rng = np.random.default_rng(3)
+    truth = np.std([math.log(_bcrit(_steps(rng))) for _ in range(400)])
+    inside, fit_inside, sds = [], [], []
+    for _ in range(120):
+        fit, batch, seed, steps = _study(rng, confirm=4)
+        part = seed_part(fit, 0, batch, seed, steps)
+        assert part is not None and part.seeds == (0, 1, 2, 3, 4) and part.df == 4
+        new = _bcrit(_steps(rng))  # another training seed's answer
+        inside.append(part.joint_ci[0] <= new <= part.joint_ci[1])
+        fit_inside.append(fit.b_crit_ci[0] <= new <= fit.b_crit_ci[1])
+        sds.append(part.sd_log_bcrit)
+    assert 0.7 * truth < float(np.median(sds)) < 1.3 * truth, (np.median(sds), truth)
+    assert np.mean(inside) >= 0.9, np.mean(inside)  # a 95% interval for another seed
+    assert np.mean(fit_inside) < 0.8, np.mean(fit_inside)  # the fit's own misses the seed
+
+
+def test_the_seeds_part_joins_the_fits_interval_and_says_when_it_is_not_settled() -> None:
+    fit, batch, seed, steps = _study(np.random.default_rng(0), confirm=2)
+    part = seed_part(fit, 0, batch, seed, steps)
+    assert part is not None and len(part.b_crits) == 3 and part.b_crits[0] == fit.b_crit
     lo, hi = part.joint_ci
-    assert lo <= part.ci[0] and part.ci[1] <= hi  # the joint interval holds the seed's
-    assert lo <= fit.b_crit_ci[0] and fit.b_crit_ci[1] <= hi  # and the fit's
-    inside = np.mean([lo <= math.exp(v) <= hi for v in others])
-    assert inside >= 0.85, inside  # the joint interval holds most other seeds' answers
+    assert lo <= min(part.ci[0], fit.b_crit_ci[0]) and max(part.ci[1], fit.b_crit_ci[1]) <= hi
     assert 0 < part.share < 1
+    # two seeds that agree exactly: settled; 3 seeds far apart: not (t on 2 degrees of freedom)
+    same = seed_part(fit, 0, BATCH, np.ones(BATCH.size), fit.steps)
+    assert same is not None and same.settled and same.factor == pytest.approx(1.0)
+    lean = 0.3 / (1 + batch / B_CRIT)  # seed 1 much slower at small batches, seed 2 faster
+    moved = np.asarray(fit.steps)[np.searchsorted(BATCH, batch)] * np.exp(
+        np.where(seed == 1, lean, -lean)
+    )
+    far = seed_part(fit, 0, batch, seed, moved)
+    assert far is not None and not far.settled and far.factor > 1.25
+    assert far.b_crits[1] > fit.b_crit > far.b_crits[2]
 
 
-def test_without_scatter_to_measure_there_is_no_seed_part() -> None:
-    b = np.repeat(BATCH, 3)  # 3 trials per batch size: no degree of freedom left
-    lr = np.tile([1e-3, 3e-3, 1e-2], BATCH.size)
-    steps = S_MIN * (1 + B_CRIT / b) * np.exp(0.5 * np.log(lr / 3e-3) ** 2)
-    assert seed_part(_fit(b, steps), b, lr, steps) is None
+def test_a_confirm_seed_that_missed_the_target_somewhere_is_left_out() -> None:
+    fit, batch, seed, steps = _study(np.random.default_rng(1), confirm=2)
+    steps = steps.copy()
+    steps[(seed == 2) & (batch == 4)] = np.nan  # seed 2 did not reach the target at B = 4
+    values, skipped = seed_bcrits(fit, batch, seed, steps)
+    assert set(values) == {1} and skipped == [2]
+    part = seed_part(fit, 0, batch, seed, steps)
+    assert part is not None and part.seeds == (0, 1) and part.skipped == (2,)
+    assert seed_part(fit, 0, batch[seed == 2], seed[seed == 2], steps[seed == 2]) is None
 
 
 def test_joined_intervals_add_log_half_widths_in_quadrature() -> None:
-    lo, hi = joint_interval(10.0, (10 / math.e**0.3, 10 * math.e**0.4), (10 / 1.0, 10 * 1.0))
+    lo, hi = joint_interval(10.0, (10 / math.e**0.3, 10 * math.e**0.4), (10.0, 10.0))
     assert (lo, hi) == pytest.approx((10 / math.e**0.3, 10 * math.e**0.4))
-    lo, hi = joint_interval(10.0, (10 / math.e**0.3, 10 * math.e**0.3), (10 / math.e**0.4,) * 2)
+    lo, _ = joint_interval(10.0, (10 / math.e**0.3, 10 * math.e**0.3), (10 / math.e**0.4, 10.0))
     assert lo == pytest.approx(10 / math.e**0.5)
