@@ -70,7 +70,10 @@ def first_screen(run_dir: Path) -> dict[str, Any]:
         "fit_interval": list(g.fit_ci) if g.fit_ci is not None else None,
         "seed_interval": list(seed.ci) if seed is not None else None,
         "seed_share": seed.share if seed is not None else None,
-        "seed_sigma": seed.sigma if seed is not None else None,
+        "seed_sd_log_bcrit": seed.sd_log_bcrit if seed is not None else None,
+        "seed_bcrits": dict(zip(seed.seeds, seed.b_crits, strict=True))
+        if seed is not None
+        else None,
         "settled_across_seeds": seed.settled if seed is not None else None,
         "determined": h.determined,
         "text": h.lines()[0],

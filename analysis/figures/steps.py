@@ -45,6 +45,8 @@ class FitLine:
     fitted: tuple[float, ...]
     # "" when B_crit is determined, else why not (analysis.headline): no line is drawn.
     not_determined: str = ""
+    # the fit's interval joined with the training seed's part (analysis.fits.seed_part)
+    joint_ci: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def steps_vs_batch(a: StudyAnalysis, ds: xr.Dataset) -> StepsVsBatch | None:
                 tuple(grid.tolist()),
                 tuple(fit.predict(grid).tolist()),
                 steps_fit_determination(fit).reason,
+                g.seed_part.joint_ci if g.seed_part is not None else None,
             )
         sb: list[float] = []
         lo: list[float] = []
@@ -182,6 +185,8 @@ def draw_steps_vs_batch(rec: StepsVsBatch) -> Any:
         lo_, hi_ = f.b_crit_ci
         if math.isfinite(lo_) and math.isfinite(hi_):
             ax.axvspan(lo_, hi_, color=c, alpha=0.12, lw=0)
+        if f.joint_ci is not None:  # the first screen's interval
+            ax.axvspan(*f.joint_ci, color=c, alpha=0.06, lw=0, label=f"{name}with the seed's part")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     fin = [y for y in ys if math.isfinite(y) and y > 0]
