@@ -20,12 +20,12 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bcrit_efficiency import run_study  # `sweep run`, timed once (benchmarks/ is on the path)
 
 SWEEP = str(Path(sys.executable).with_name("sweep"))
 QUICK = [
@@ -36,22 +36,6 @@ QUICK = [
 
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
-
-
-def run_study(run_dir: Path, conf: str, seed: int, overrides: list[str]) -> float:
-    """`sweep run` at ``seed`` (resuming a run dir that exists); the wall time it took when
-    it ran (kept beside the run dir: a finished study is not timed again)."""
-    stamp = run_dir.with_name(run_dir.name + ".wall")
-    if stamp.exists() and (run_dir / "study.json").exists():
-        return float(stamp.read_text())
-    cmd = [SWEEP, "run", f"conf={conf}", f"seed={seed}", f"run_dir={run_dir}", *overrides]
-    start = time.monotonic()
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({res.returncode}):\n{res.stderr[-4000:]}")
-    wall = time.monotonic() - start
-    stamp.write_text(f"{wall:.1f}\n")
-    return wall
 
 
 def first_screen(run_dir: Path) -> dict[str, Any]:
@@ -97,7 +81,10 @@ def main() -> None:
         walls = dict(
             zip(
                 seeds,
-                pool.map(lambda k: run_study(work / f"seed{k}", args.conf, k, overrides), seeds),
+                pool.map(
+                    lambda k: run_study(work / f"seed{k}", args.conf, [f"seed={k}", *overrides]),
+                    seeds,
+                ),
                 strict=True,
             )
         )
