@@ -19,7 +19,8 @@ FAST = {
     "batchsize_vs_steps_fast": (
         "batchsize_vs_steps",
         {"name", "scientific.batch_size.values", "scientific.batch_size.adaptive",
-         "budget.trials_per_point", "sampler.transfer", "sampler.transfer_width"},
+         "budget.trials_per_point", "budget.confirm_seeds", "sampler.transfer",
+         "sampler.transfer_width"},
     ),
     "shakespeare_batchsize_fast": (
         "shakespeare_batchsize",
