@@ -22,6 +22,8 @@ from stepscale.analysis.load import load
 from stepscale.reporters import JsonlReporter
 from stepscale.sweeps.job.heartbeat import JobHeartbeat
 from stepscale.sweeps.job.trial_job import TrialReporter
+from stepscale.sweeps.study.compose import prepare_study
+from stepscale.sweeps.study.files import fingerprint
 from stepscale.sweeps.study.ordered import draw_from_history, history_ready
 from stepscale.sweeps.study.samplers import make_pruner
 from stepscale.sweeps.study.schema import PrunerConfig
@@ -118,6 +120,13 @@ def test_the_sampler_draws_from_its_history_alone_and_waits_for_it() -> None:
     assert history_ready(trials, lag=1)  # trial 7 sees 0 … 5, all ended
     assert not history_ready(trials, lag=0)  # trial 7 would see trial 6, still running
     assert trials[-1].state == TrialState.RUNNING
+
+
+def test_run_dirs_from_before_the_lag_resume_with_the_default_and_another_lag_is_refused() -> None:
+    _, cfg, _ = prepare_study(["conf=smoke"], None)
+    assert "lag" not in fingerprint(cfg)["sampler"]  # as in a run dir written before it
+    _, lag0, _ = prepare_study(["conf=smoke", "sampler.lag=0"], None)
+    assert fingerprint(lag0)["sampler"]["lag"] == 0  # a change the run dir check refuses
 
 
 # A smoke-sized copy of batchsize_vs_steps_fast: adaptive batch sizes, transfer between
