@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from stepscale.analysis.fits.records import OMIT, Record
+from stepscale.analysis.fits.student_t import t_cdf, t_quantile
 
 DEFAULT_LEVEL = 0.01
 POWER = 0.8  # of the seeds-needed estimate
@@ -56,7 +57,6 @@ def welch_test(
     x, y = _finite(a), _finite(b)
     if x.size < 2 or y.size < 2:
         return None
-    from scipy import stats
 
     d = float(x.mean() - y.mean())
     vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
@@ -65,8 +65,8 @@ def welch_test(
         p = 0.0 if d < 0 else 1.0 if d > 0 else 0.5
         return WelchTest(d, d, d, p, math.inf, int(x.size), int(y.size))
     dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    p = float(stats.t.cdf(d / se, dof))
-    half = float(stats.t.ppf(1 - level, dof) * se)
+    p = t_cdf(d / se, dof)
+    half = float(t_quantile(1 - level, dof) * se)
     return WelchTest(d, d - half, d + half, p, float(dof), int(x.size), int(y.size))
 
 
@@ -81,7 +81,6 @@ def seeds_needed(
     x, y = _finite(a), _finite(b)
     if x.size < 2 or y.size < 2:
         return None
-    from scipy import stats
 
     d = abs(float(x.mean() - y.mean()))
     s2 = float(x.var(ddof=1) + y.var(ddof=1))
@@ -92,7 +91,7 @@ def seeds_needed(
     for n in range(2, MAX_SEEDS + 1):
         va, vb = x.var(ddof=1) / n, y.var(ddof=1) / n
         dof = (va + vb) ** 2 / (va**2 / (n - 1) + vb**2 / (n - 1)) if va + vb > 0 else n - 1
-        need = (stats.t.ppf(1 - level, dof) + stats.t.ppf(power, dof)) * math.sqrt(s2 / n)
+        need = (t_quantile(1 - level, dof) + t_quantile(power, dof)) * math.sqrt(s2 / n)
         if need <= d:
             return n
     return None

@@ -26,6 +26,7 @@ import xarray as xr
 
 from stepscale.analysis.claims import Claim, claim, claim_level
 from stepscale.analysis.dataset import study_axes
+from stepscale.analysis.fits.student_t import t_quantile
 from stepscale.analysis.load import parameters
 from stepscale.rundir import DIVERGED
 
@@ -79,9 +80,8 @@ def _mean_ci(values: Sequence[float]) -> Estimate | None:
         return None
     if v.size < 2:
         return Estimate(float(v[0]), math.nan, math.nan, 1)
-    from scipy import stats
 
-    half = float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    half = float(t_quantile(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
     m = float(v.mean())
     return Estimate(m, m - half, m + half, int(v.size))
 
@@ -95,14 +95,13 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Estimate | None:
     d = float(x.mean() - y.mean())
     if x.size < 2 or y.size < 2:
         return Estimate(d, math.nan, math.nan, int(min(x.size, y.size)))
-    from scipy import stats
 
     vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
     se = math.sqrt(vx + vy)
     if se == 0:
         return Estimate(d, d, d, int(min(x.size, y.size)))
     dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    half = float(stats.t.ppf(0.975, dof) * se)
+    half = float(t_quantile(0.975, dof) * se)
     return Estimate(d, d - half, d + half, int(min(x.size, y.size)))
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from stepscale.analysis.fits.powerlaw import PowerLaw, Prediction, fit_power_law
 from stepscale.analysis.fits.records import OMIT, Record
+from stepscale.analysis.fits.student_t import t_sf
 
 __all__ = [
     "AXES",
@@ -395,7 +396,6 @@ class BcritClaim(Record):
 
 def _p_diff(law: PowerLaw, sign: float) -> float:
     """One-sided p of exponent_D + sign·exponent_N > 0."""
-    from scipy import stats
 
     i, j = law.regressors.index(N) + 1, law.regressors.index(D) + 1
     v = np.asarray(law.xtx_inv)
@@ -404,7 +404,7 @@ def _p_diff(law: PowerLaw, sign: float) -> float:
     if law.dof <= 0 or not (se > 0):
         return math.nan
     est = law.exponents[D] + sign * law.exponents[N]
-    return float(stats.t.sf(est / se, law.dof))
+    return t_sf(est / se, law.dof)
 
 
 def bcrit_claim(laws: LadderLaws, level: float = 0.01) -> BcritClaim | None:

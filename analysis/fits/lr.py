@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 from scipy.optimize import least_squares
 from scipy.special import expit
 
 from stepscale.analysis.fits.arrays import batch_json, floats, positive_batches, softplus
 from stepscale.analysis.fits.records import BATCH, Record, as_json, columns_to_rows, rows_to_record
+from stepscale.analysis.fits.student_t import t_quantile
 
 __all__ = [
     "LRLaw",
@@ -285,7 +285,7 @@ def fit_lr_law(
     n = xb.size
     if n > 2:
         se = math.sqrt((resid**2).sum() / (n - 2) / ((xb - xb.mean()) ** 2).sum())
-        q = float(stats.t.ppf(0.5 + confidence / 2, n - 2))
+        q = t_quantile(0.5 + confidence / 2, n - 2)
         ci = (float(alpha - q * se), float(alpha + q * se))
     else:
         se, ci = math.nan, (math.nan, math.nan)

@@ -21,6 +21,7 @@ import numpy as np
 
 from stepscale.analysis.fits.arrays import percentile_ci
 from stepscale.analysis.fits.records import OMIT, Record
+from stepscale.analysis.fits.student_t import t_quantile, t_sf
 
 __all__ = ["PowerLaw", "Prediction", "fit_power_law", "power_law_from_dict"]
 
@@ -67,10 +68,9 @@ class PowerLaw(Record):
         mid = float(x0 @ beta)
         if self.dof <= 0 or not math.isfinite(self.residual_std):
             return Prediction(math.exp(mid), math.nan, math.nan)
-        from scipy import stats
 
         lev = float(x0 @ np.asarray(self.xtx_inv) @ x0)
-        t = float(stats.t.ppf(0.5 + self.confidence / 2, self.dof))
+        t = t_quantile(0.5 + self.confidence / 2, self.dof)
         half = t * self.residual_std * math.sqrt(1.0 + lev)
         return Prediction(math.exp(mid), math.exp(mid - half), math.exp(mid + half))
 
@@ -80,9 +80,8 @@ class PowerLaw(Record):
         se = self.se.get(name, math.nan)
         if self.dof <= 0 or not (math.isfinite(se) and se > 0):
             return math.nan
-        from scipy import stats
 
-        return float(stats.t.sf((self.exponents[name] - than) / se, self.dof))
+        return t_sf((self.exponents[name] - than) / se, self.dof)
 
 
 def fit_power_law(
@@ -125,7 +124,6 @@ def fit_power_law(
         raise ValueError(
             f"law {name!r} in {list(regs)}: {n} rungs are too few for {p} coefficients"
         )
-    from scipy import stats
 
     ly = np.log(yv)
     beta, *_ = np.linalg.lstsq(x, ly, rcond=None)
@@ -146,7 +144,7 @@ def fit_power_law(
             samples = np.linalg.solve(xtx[ok], xty[ok][..., None])[..., 0]
     # The case bootstrap under-covers on a handful of rungs (a ladder has 4 to 12): the
     # interval is the wider of its percentiles and the t interval of the OLS coefficient.
-    t = float(stats.t.ppf(0.5 + confidence / 2, dof)) if dof > 0 else math.nan
+    t = t_quantile(0.5 + confidence / 2, dof) if dof > 0 else math.nan
     ci = {}
     for i, r in enumerate(regs):
         lo, hi = percentile_ci(samples[:, i + 1], confidence)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 
 from stepscale.analysis.fits.records import Record
 from stepscale.analysis.fits.steps import StepsFit, fit_steps
+from stepscale.analysis.fits.student_t import t_quantile
 
 __all__ = ["SEED_SETTLED", "SeedPart", "joint_interval", "seed_bcrits", "seed_part"]
 
@@ -134,7 +134,7 @@ def seed_part(
     values = (float(fit.b_crit), *others.values())
     n = len(values)
     sd = float(np.std(np.log(values), ddof=1))
-    t = float(stats.t.ppf(0.5 + fit.confidence / 2, n - 1))
+    t = t_quantile(0.5 + fit.confidence / 2, n - 1)
     half = t * sd * math.sqrt(1 + 1 / n)
     ci = (fit.b_crit * math.exp(-half), fit.b_crit * math.exp(half))
     joint = joint_interval(fit.b_crit, (lo_fit, hi_fit), ci)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
 
 from stepscale.analysis.fits.arrays import batch_json, floats
 from stepscale.analysis.fits.records import BATCH, OMIT, Record
@@ -26,6 +25,7 @@ from stepscale.analysis.fits.steps import (
     fit_steps,
     steps_to_result,
 )
+from stepscale.analysis.fits.student_t import t_quantile
 from stepscale.rundir import interpolated_crossing
 
 # ------------------------------------------------------------ B_crit vs target (Kaplan)
@@ -78,7 +78,7 @@ def fit_bcrit_vs_target(
     n = lx.size
     if n > 2:
         se = math.sqrt((resid**2).sum() / (n - 2) / ((lx - lx.mean()) ** 2).sum())
-        q = stats.t.ppf(0.5 + confidence / 2, n - 2)
+        q = t_quantile(0.5 + confidence / 2, n - 2)
         ci = (float(slope - q * se), float(slope + q * se))
     else:
         ci = (math.nan, math.nan)
