@@ -6,9 +6,11 @@ trials or above their memory limit. The speed is measured in benchmarks/, not he
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -89,6 +91,18 @@ def project(tmp_path: Path) -> Path:
     (tmp_path / "conf" / "warm.yaml").write_text(STUDY)
     (tmp_path / "pytrainer.py").write_text(TRAINER)
     return tmp_path
+
+
+def _sigterm_pending(pid: int) -> bool:
+    """Is a SIGTERM waiting for the (stopped) process ``pid``?"""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    masks = [
+        line.split()[1] for line in status.splitlines() if line.startswith(("SigPnd", "ShdPnd"))
+    ]
+    return any(int(m, 16) & (1 << (signal.SIGTERM - 1)) for m in masks)
 
 
 def workers_of(pid: int | None = None) -> list[int]:
@@ -228,9 +242,22 @@ def test_killed_and_interrupted_orchestrators_leave_no_worker_and_lose_nothing(
     assert proc.returncode == 130, err
     assert not workers_of(proc.pid)
     # 3. `sweep stop` from another shell: the running trials checkpoint, the sweep ends.
+    # The workers are paused until the stop reaches them: the trials left after 1 and 2 are
+    # short, and on a loaded machine they could otherwise end before `sweep stop` starts.
     proc = start_sweep(*args, cwd=project)
     wait_for(lambda: workers_of(proc.pid), 60)  # it runs trials again
-    stop = run_sweep("stop", str(run_dir), cwd=project)
+    paused = workers_of(proc.pid)
+    for w in paused:
+        os.kill(w, signal.SIGSTOP)
+    try:
+        stopper = start_sweep("stop", str(run_dir), cwd=project)
+        wait_for(lambda: any(_sigterm_pending(w) for w in paused), 120)
+    finally:
+        for w in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(w, signal.SIGCONT)
+    _, stop_err = stopper.communicate(timeout=120)
+    stop = subprocess.CompletedProcess(stopper.args, stopper.returncode, "", stop_err)
     assert stop.returncode == 0, stop.stderr
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and "stopped on request" in err, (err, stop.stderr)
