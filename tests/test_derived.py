@@ -254,7 +254,7 @@ def text_arms(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pat
         'derived.eval_every.expr="2"', 'derived.log_every.expr="2"', "schedule.warmup_steps=1",
         "objective.target_loss=4.1", "objective.report_targets=[]", "data.eval_examples=8",
         "data.eval_batch=8", "model.n_layers=1", "parallelism=1", "launcher=inline",
-        f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+        "train.devices=1", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
     ]  # fmt: skip
     rule, fixed = root / TEXT_BETA2, root / f"{TEXT_BETA2}_fixed"
     assert main(["run", f"conf={TEXT_BETA2}", f"run_dir={rule}", *shrink]) == 0

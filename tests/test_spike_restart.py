@@ -340,7 +340,7 @@ def test_the_real_text_arms_differ_by_the_policy_and_the_report_counts_restarts(
         'derived.horizon.expr="20"', 'derived.eval_every.expr="10"',
         'derived.log_every.expr="10"', "schedule.warmup_steps=1", "objective.target_loss=4.1",
         "data.eval_examples=8", "data.eval_batch=8", "model.n_layers=1", "parallelism=1",
-        "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+        "launcher=inline", "train.devices=1", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
     ]  # fmt: skip
     on, off, cmp = tmp_path / TEXT, tmp_path / f"{TEXT}_off", tmp_path / "cmp"
     assert main(["run", f"conf={TEXT}", f"run_dir={on}", *shrink]) == 0

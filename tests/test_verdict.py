@@ -64,6 +64,7 @@ def _config(source: str, tmp_path: Path) -> TrainerConfig:
     cfg.train.log_every = 60
     cfg.train.eval_every = 60
     cfg.train.compile_cache_dir = str(tmp_path.parent / "cache")
+    cfg.train.devices = 1  # data parallelism over the fake devices is not what this tests
     cfg.optimizer.lr = 0.02
     if source in ("markov", "tokens", "text", "shakespeare_char"):
         cfg.model.name = "gpt"
@@ -222,7 +223,8 @@ def test_the_real_text_study_with_a_learning_rate_too_low_to_learn_is_not_traine
         "run", "conf=shakespeare_batchsize", "nuisance.lr.low=1e-8", "nuisance.lr.high=2e-8",
         "scientific.batch_size.values=[8,16,32]", "budget.trials_per_point=1",
         "budget.max_steps=20", "nuisance.warmup.high=5", "data.eval_examples=32", "data.eval_batch=32",
-        "launcher=inline", f"train.compile_cache_dir={TEST_COMPILE_CACHE}", f"run_dir={run_dir}",
+        "launcher=inline", "train.devices=1", f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
+        f"run_dir={run_dir}",
     ])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 0, err
