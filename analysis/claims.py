@@ -66,7 +66,7 @@ def welch_test(
         return WelchTest(d, d, d, p, math.inf, int(x.size), int(y.size))
     dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
     p = t_cdf(d / se, dof)
-    half = float(t_quantile(1 - level, dof) * se)
+    half = t_quantile(1 - level, dof) * se
     return WelchTest(d, d - half, d + half, p, float(dof), int(x.size), int(y.size))
 
 

@@ -81,7 +81,7 @@ def _mean_ci(values: Sequence[float]) -> Estimate | None:
     if v.size < 2:
         return Estimate(float(v[0]), math.nan, math.nan, 1)
 
-    half = float(t_quantile(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    half = t_quantile(0.975, v.size - 1) * float(v.std(ddof=1)) / math.sqrt(v.size)
     m = float(v.mean())
     return Estimate(m, m - half, m + half, int(v.size))
 
@@ -101,7 +101,7 @@ def welch(a: Sequence[float], b: Sequence[float]) -> Estimate | None:
     if se == 0:
         return Estimate(d, d, d, int(min(x.size, y.size)))
     dof = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
-    half = float(t_quantile(0.975, dof) * se)
+    half = t_quantile(0.975, dof) * se
     return Estimate(d, d - half, d + half, int(min(x.size, y.size)))
 
 

@@ -396,7 +396,6 @@ class BcritClaim(Record):
 
 def _p_diff(law: PowerLaw, sign: float) -> float:
     """One-sided p of exponent_D + sign·exponent_N > 0."""
-
     i, j = law.regressors.index(N) + 1, law.regressors.index(D) + 1
     v = np.asarray(law.xtx_inv)
     var = v[j, j] + v[i, i] + 2 * sign * v[i, j]

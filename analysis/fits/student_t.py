@@ -1,8 +1,8 @@
 """Student's t distribution, from `scipy.special` rather than `scipy.stats`.
 
 The values are the very ones ``scipy.stats.t`` gives (its ``ppf``, ``cdf`` and ``sf`` call these
-functions), but importing `scipy.stats` costs about a second of CPU, which every command that
-ends with an answer (``sweep run``, ``sweep status``, ``sweep report``) would pay for three
+functions), but importing `scipy.stats` costs about half a second of CPU, which every command that
+ends with an answer (``sweep run``, ``sweep status``, ``sweep report``) would pay for a few
 quantiles.
 """
 
