@@ -172,14 +172,20 @@ class _Stalls(threading.Thread):
     burner beside a CPU-bound suite only slows the suite; benchmarks/repro_parallelism.py
     runs beside burners)."""
 
-    def __init__(self, roots: list[int]) -> None:
+    def __init__(self, procs: list[subprocess.Popen[str]]) -> None:
         super().__init__(daemon=True)
-        self.roots, self.stalls, self.done = roots, 0, threading.Event()
+        self.procs, self.stalls, self.done = procs, 0, threading.Event()
         self.rng = random.Random()
 
     def run(self) -> None:
         while not self.done.wait(self.rng.uniform(0.05, 0.3)):
-            pids = _descendants(self.roots)
+            # Only under the studies still running: a finished one's pid is free, and with
+            # pid_max 32768 a busy suite reuses it, so its "tree" would be another test's
+            # processes (a stopped member of an orphaned process group gets SIGHUP: pausing
+            # another test's double-forked daemon as its parent exits kills it).
+            pids = _descendants([p.pid for p in self.procs if p.returncode is None])
+            if not pids:
+                continue
             victim = self.rng.choice(pids)
             try:
                 os.kill(victim, signal.SIGSTOP)
@@ -207,7 +213,7 @@ def test_the_same_trials_and_bcrit_at_parallelism_1_2_and_4_with_processes_pause
 ) -> None:
     runs = {p: tmp_path / f"p{p}" for p in (1, 2, 4)}
     procs = {p: _start(p, run) for p, run in runs.items()}
-    stalls = _Stalls([proc.pid for proc in procs.values()])
+    stalls = _Stalls(list(procs.values()))
     stalls.start()
     try:
         for p, proc in procs.items():
