@@ -4,8 +4,8 @@ Everything that changes shapes or the program (model dimensions, optimizer and s
 names, batch layout, chunk length) is static; every hyperparameter that does not (peak
 LR, warmup, horizon, betas, eps, weight decay, clip, EMA decay) and the data tables arrive
 as runtime arguments. Compiled programs are cached per static signature, so later runs in
-the same process at the same shapes never retrace, and the persistent compilation cache
-serves new processes.
+the same process at the same shapes never retrace, and new processes load them from disk
+(models/executables.py) or, failing that, from the persistent compilation cache.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from stepscale.models.batching import BatchPlan, batch_sharding, split_microbatches
+from stepscale.models.executables import CachedProgram
 from stepscale.models.optim import clip_updates, set_hyperparams
 from stepscale.models.schedules import lr_at
 from stepscale.models.sharding import constrain, gather
@@ -165,6 +166,17 @@ _EVAL_CACHE: dict[str, Callable[..., Any]] = {}
 _INIT_CACHE: dict[str, Callable[..., Any]] = {}
 
 
+def _devices(spec: StepSpec) -> list[Any]:
+    return list(spec.mesh.devices.flat)
+
+
+def forget_programs() -> None:
+    """Forget the programs this process compiled or loaded, as a new process starts: the
+    next run at a shape loads its programs from disk or traces them again."""
+    for cache in (_CHUNK_CACHE, _EVAL_CACHE, _INIT_CACHE):
+        cache.clear()
+
+
 def _initial_state(
     spec: StepSpec, build: Callable[[jax.Array], nnx.Module], seed_key: jax.Array
 ) -> dict[str, Any]:
@@ -194,7 +206,7 @@ def init_fn(
         TRACE_COUNTS["init"] += 1
         return _initial_state(spec, build, seed_key)
 
-    fn = jax.jit(run, out_shardings=sharding)
+    fn = CachedProgram(jax.jit(run, out_shardings=sharding), f"init|{spec.key}", _devices(spec))
     _INIT_CACHE[spec.key] = fn
     return fn
 
@@ -243,10 +255,14 @@ def chunk_fn(
 
     fn_body = run_counted if counted else run
     if spec.state_sharding is None:
-        fn = jax.jit(fn_body, donate_argnums=(0,))
+        jitted = jax.jit(fn_body, donate_argnums=(0,))
     else:  # the state keeps its layout from call to call (and its buffers are reused)
         replicated = jax.sharding.NamedSharding(spec.mesh, jax.sharding.PartitionSpec())
-        fn = jax.jit(fn_body, donate_argnums=(0,), out_shardings=(spec.state_sharding, replicated))
+        jitted = jax.jit(
+            fn_body, donate_argnums=(0,), out_shardings=(spec.state_sharding, replicated)
+        )
+    static = f"chunk|{spec.key}|length={length}|host={host_data}|counted={counted}"
+    fn = CachedProgram(jitted, static, _devices(spec), code=(spec.sample,) if spec.sample else ())
     _CHUNK_CACHE[cache_key] = fn
     return fn
 
@@ -264,6 +280,6 @@ def eval_fn(spec: StepSpec) -> Callable[[Any, Any], jax.Array]:
         )
         return jnp.mean(losses)
 
-    fn = jax.jit(run)
+    fn = CachedProgram(jax.jit(run), f"eval|{spec.key}", _devices(spec))
     _EVAL_CACHE[spec.key] = fn
     return fn

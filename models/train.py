@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from stepscale.events import drop_events, drop_restarts, record_event
-from stepscale.models import checkpoint, distributed, nets, restarts
+from stepscale.models import checkpoint, distributed, executables, nets, restarts
 from stepscale.models.batching import AXIS, make_mesh, replicated
 from stepscale.models.config import TrainerConfig
 from stepscale.models.errors import ConfigError
@@ -55,8 +55,10 @@ log = logging.getLogger(__name__)
 
 
 def configure_compile_cache(directory: str) -> None:
-    """Turn on JAX's persistent compilation cache (every program cached, however small)."""
+    """Turn on JAX's persistent compilation cache (every program cached, however small) and
+    keep compiled programs beside it (models/executables.py); ``""`` turns the latter off."""
     if not directory:
+        executables.configure(None)
         return
     path = os.path.expanduser(directory)
     try:
@@ -68,6 +70,7 @@ def configure_compile_cache(directory: str) -> None:
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    executables.configure(path)
 
 
 @dataclass

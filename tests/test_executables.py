@@ -1,0 +1,68 @@
+"""Compiled programs kept on disk (models/executables.py): a new process at a known shape
+loads them instead of tracing, and gets the same numbers; anything that could change the
+program is a miss, and a damaged file is a miss too, never a failed run."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers import read_jsonl, tiny_nqm, without_wall
+
+from stepscale.models import executables
+from stepscale.models.step import TRACE_COUNTS, forget_programs
+from stepscale.models.train import train
+from stepscale.reporters import JsonlReporter
+
+SHORT = {"train__max_steps": 20, "train__eval_every": 10}
+
+
+def _run(cfg: object, folder: Path) -> tuple[int, list[dict[str, object]]]:
+    """Train ``cfg`` as a new process would (no program in memory): the programs traced
+    and the records (without wall times)."""
+    forget_programs()
+    before = sum(TRACE_COUNTS.values())
+    train(cfg, JsonlReporter(folder), run_dir=folder)  # type: ignore[arg-type]
+    return sum(TRACE_COUNTS.values()) - before, without_wall(read_jsonl(folder / "metrics.jsonl"))
+
+
+def test_a_new_process_loads_its_programs_and_only_an_identical_program_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # executables of this test's own (the session's XLA cache still serves the compiles)
+    monkeypatch.setattr(executables, "SUBDIR", f"executables-{uuid.uuid4().hex}")
+    cfg = tiny_nqm(**SHORT)
+    traced, records = _run(cfg, tmp_path / "first")
+    assert traced == 3  # init, train chunk, eval
+    folder = executables.directory()
+    assert folder is not None and folder.name == executables.SUBDIR
+    saved = sorted(folder.glob(f"*{executables.SUFFIX}"))
+    assert len(saved) == 3
+
+    # a new process: nothing traced, the same numbers bit for bit
+    assert _run(cfg, tmp_path / "again") == (0, records)
+
+    # another runtime hyperparameter is the same program: loaded, other numbers
+    traced, other = _run(tiny_nqm(**SHORT, optimizer__lr=0.05), tmp_path / "lr")
+    assert traced == 0 and other != records
+
+    # other code (models/ edited) is another program: traced again, saved beside
+    with monkeypatch.context() as edited:
+        edited.setattr(executables, "_code_fingerprint", lambda: "edited")
+        assert _run(cfg, tmp_path / "edited") == (3, records)
+    assert len(list(folder.glob(f"*{executables.SUFFIX}"))) == 6
+
+    # damaged files: a warning, traced again, the same numbers, and saved afresh
+    for path in saved:
+        path.write_bytes(b"not an executable")
+    with caplog.at_level(logging.WARNING, logger=executables.__name__):
+        assert _run(cfg, tmp_path / "damaged") == (3, records)
+    assert sum("ignoring the saved executable" in r.message for r in caplog.records) == 3
+    assert _run(cfg, tmp_path / "repaired") == (0, records)
+
+    # the cache off (no compile cache directory): nothing is read or written
+    cfg.train.compile_cache_dir = ""
+    assert _run(cfg, tmp_path / "off") == (3, records)
+    assert executables.directory() is None
