@@ -148,17 +148,15 @@ def test_runtime_hyperparameters_do_not_recompile() -> None:
     )
     train(changed, NullReporter())
     assert before == TRACE_COUNTS
-    # a new shape, traced (not loaded: "" keeps no programs on disk, where another test may
-    # have saved this one's)
-    train(
-        tiny_gpt(train__max_steps=8, data__global_batch=4, train__compile_cache_dir=""),
-        NullReporter(),
-    )
+    # a new program is traced (and counted): the NQM at a dimension no other test uses, with
+    # no programs on disk ("": where another test could have saved it), compiles in a second
+    train(tiny_nqm(model__dim=24, train__compile_cache_dir=""), NullReporter())
     assert TRACE_COUNTS["train_chunk"] > before["train_chunk"]
 
 
 def test_huge_lr_is_recorded_as_divergence(tmp_path: Path) -> None:
-    cfg = tiny_gpt(optimizer__lr=1e4, schedule__warmup_steps=0, schedule__name="constant")
+    # no warmup (a runtime value: the default tiny GPT's programs, compiled once a session)
+    cfg = tiny_gpt(optimizer__lr=1e4, schedule__warmup_steps=0)
     status = train(cfg, JsonlReporter(tmp_path), run_dir=tmp_path)
     assert status["state"] == "diverged"
     assert 0 < status["diverged_step"] <= 24 and status["steps_done"] == status["diverged_step"]
