@@ -61,7 +61,7 @@ mode, marker = "ok", "none"
 for arg in sys.argv[1:]:
     key, _, val = arg[2:].partition("=")
     globals()[key] = val
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)", marker]
+SLEEPER = [sys.executable, "-c", "import time; [time.sleep(1) for _ in range(300)]", marker]
 
 def daemon():
     # a double-forked daemon in a session of its own, and a child that keeps stdout open
@@ -465,8 +465,42 @@ def start_sweep_until_marked(
     deadline = time.monotonic() + timeout
     while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert proc.poll() is None and len(marked(marker)) >= 3, output_of(proc)
-    return proc
+    if proc.poll() is None and len(marked(marker)) >= 3:
+        return proc
+    run_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
+    seen = diagnosis(marker, run_dir)
+    raise AssertionError(f"{output_of(proc)}\n{seen}")
+
+
+def diagnosis(marker: str, run_dir: Path) -> str:
+    """What to read when the forking script's processes are not all there: every process
+    whose command line holds ``marker`` (zombies too) with its state, parent, group and
+    session, then the run's events and the tails of its logs (the script's stderr)."""
+    rows = []
+    for name in sorted(os.listdir("/proc"), key=lambda n: (len(n), n)):
+        if not name.isdigit():
+            continue
+        try:
+            command = Path(f"/proc/{name}/cmdline").read_bytes()
+            fields = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if marker.encode() in command:
+            text = command.replace(b"\0", b" ").decode(errors="replace")[:160]
+            code = f" exit={fields[-1]}" if fields[0] == "Z" else ""  # waitpid's status
+            rows.append(
+                f"  {name} {fields[0]}{code} ppid={fields[1]} pgid={fields[2]} sid={fields[3]} "
+                f"started={fields[19]} {text}"
+            )
+    logs = []
+    for path in sorted(run_dir.rglob("*")):
+        if path.is_file() and (
+            path.suffix in (".err", ".out", ".log") or path.name == "events.jsonl"
+        ):
+            logs.append(
+                f"--- {path.relative_to(run_dir)}\n{path.read_text(errors='replace')[-1500:]}"
+            )
+    return "\n".join(["processes of the marker:", *rows, *logs])
 
 
 def stop_a_forking_study(
