@@ -12,6 +12,7 @@ the study is alive (every script carries a unique marker in its command line).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -452,20 +453,33 @@ def test_a_sample_log_names_a_pattern_that_hits_its_bound(project: tuple[Path, s
     assert "Traceback" not in res.stderr
 
 
+def forking_started(marker: str) -> bool:
+    """Whether the forking script of ``marker`` runs with its child and its daemon, both
+    sleeping: a state that lasts. Counting 3 processes of the marker is not: the daemon's
+    intermediate process (a copy of the script) is one for a moment, and a process in the
+    middle of exec shows an empty command line (the count read 3, then 2, in CI)."""
+    commands = []
+    for pid in marked(marker):
+        with contextlib.suppress(OSError):
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+    sleeping = sum(b"time.sleep" in c for c in commands)
+    return sleeping >= 2 and any(b"train.py" in c for c in commands)
+
+
 def start_sweep_until_marked(
     args: list[str], root: Path, env: dict[str, str], marker: str, timeout: float
 ) -> subprocess.Popen[str]:
     """`sweep ARGS` in a session of its own, once the forking script, its child and its
-    daemon (3 processes with ``marker``) run; its output in the failure if they never do
-    within ``timeout`` seconds."""
+    daemon run (`forking_started`); its output and the processes of ``marker`` in the
+    failure if they never do within ``timeout`` seconds."""
     proc = subprocess.Popen(
         [SWEEP, *args], cwd=root, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     deadline = time.monotonic() + timeout
-    while len(marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while not forking_started(marker) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
-    if proc.poll() is None and len(marked(marker)) >= 3:
+    if proc.poll() is None and forking_started(marker):
         return proc
     run_dir = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     seen = diagnosis(marker, run_dir)
