@@ -126,8 +126,17 @@ start() {
   sinfo
 }
 
-stop() { # by pid, reverse order
+stop() { # the jobs, then the daemons by pid, in reverse order
   local d p
+  # Jobs first, while slurmd can end them: a test that failed may leave one running, and its
+  # processes would outlive the daemons (the job's slurmstepd is not slurmd's child).
+  if [ -f $RUN/slurmctld.pid ] && kill -0 "$(cat $RUN/slurmctld.pid)" 2>/dev/null; then
+    local jobs; jobs=$(squeue -h -o %A 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      scancel --full $jobs 2>/dev/null || true
+      for _ in $(seq 1 150); do [ -z "$(squeue -h -o %A 2>/dev/null)" ] && break; sleep 0.1; done
+    fi
+  fi
   for d in slurmd slurmctld slurmdbd mariadb munged; do
     [ -f $RUN/$d.pid ] || continue
     p=$(cat $RUN/$d.pid)
