@@ -86,33 +86,41 @@ def _code_fingerprint() -> str:
 
 
 @functools.cache
-def _package_fingerprint(module_name: str) -> str:
+def _package_fingerprint(module_name: str) -> str | None:
     """A hash of the source of the user's code that defines ``module_name``: every module of
-    its top-level package (a module of no package: its own file). "" for this package's
-    own code (in `_code_fingerprint`) and for code that has no source file."""
+    its top-level package (a module of no package, or of a namespace package: its own file).
+    "" for this package's own code (in `_code_fingerprint`); None when the code has no
+    source file to read (then its programs are not kept on disk)."""
     import sys
 
-    top = module_name.partition(".")[0]
-    module = sys.modules.get(top)
-    file = getattr(module, "__file__", None)
-    if not file or module_name.startswith("stepscale."):
+    if module_name.startswith("stepscale."):
         return ""
-    path = Path(file).resolve()
-    root = path.parent if path.name == "__init__.py" else None
-    files = sorted(root.rglob("*.py")) if root is not None else [path]
+    top = sys.modules.get(module_name.partition(".")[0])
+    top_file = getattr(top, "__file__", None)
+    if top_file and Path(top_file).name == "__init__.py":
+        files = sorted(Path(top_file).resolve().parent.rglob("*.py"))
+    else:
+        own = getattr(sys.modules.get(module_name), "__file__", None)
+        if not own:
+            return None
+        files = [Path(own).resolve()]
     digest = hashlib.sha256()
     for source in files:
         try:
             digest.update(str(source).encode() + b"\0" + source.read_bytes() + b"\0")
         except OSError:
-            digest.update(str(source).encode() + b"\0?\0")
+            return None
     return digest.hexdigest()
 
 
-def _traced_code_fingerprint(code: tuple[Any, ...]) -> str:
-    """`_package_fingerprint` of the module of each function or object in ``code``."""
+def _traced_code_fingerprint(code: tuple[Any, ...]) -> str | None:
+    """`_package_fingerprint` of the module of each function or object in ``code``; None if
+    one of them has no source to read."""
     names = sorted({getattr(obj, "__module__", None) or type(obj).__module__ for obj in code})
-    return "|".join(f"{name}:{_package_fingerprint(name)}" for name in names)
+    prints = [_package_fingerprint(name) for name in names]
+    if any(p is None for p in prints):
+        return None
+    return "|".join(f"{name}:{p}" for name, p in zip(names, prints, strict=True))
 
 
 @functools.cache
@@ -196,21 +204,25 @@ class CachedProgram:
         program = self._loaded.get(layout)
         if program is None:
             text = _layout_text(layout, self.devices)
-            # an object's address in the layout would name a new file in every process
-            program = self._resolve(_directory, text, args) if " at 0x" not in text else None
-            program = program or self.jitted
+            traced = _traced_code_fingerprint(self.code)
+            # an object's address in the layout would name a new file in every process, and
+            # code without a source file to hash could change unseen: those are not kept
+            if " at 0x" in text or traced is None:
+                program = self.jitted
+            else:
+                program = self._resolve(_directory, text + "|" + traced, args)
             self._loaded[layout] = program
         return program(*args)
 
     def _resolve(self, folder: Path, layout_text: str, args: tuple[Any, ...]) -> Any:
-        """The program from disk, or compiled (then saved)."""
+        """The program from disk, or compiled (then saved); ``layout_text`` names the
+        arguments' layout and the user's code traced."""
         key = hashlib.sha256(
             "\0".join(
                 [
                     self.static_key,
                     layout_text,
                     _code_fingerprint(),
-                    _traced_code_fingerprint(self.code),
                     _environment_fingerprint(),
                 ]
             ).encode()

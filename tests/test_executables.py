@@ -5,6 +5,8 @@ program is a miss, and a damaged file is a miss too, never a failed run."""
 from __future__ import annotations
 
 import logging
+import sys
+import types
 import uuid
 from pathlib import Path
 
@@ -66,3 +68,26 @@ def test_a_new_process_loads_its_programs_and_only_an_identical_program_is_loade
     cfg.train.compile_cache_dir = ""
     assert _run(cfg, tmp_path / "off") == (3, records)
     assert executables.directory() is None
+
+
+def test_a_users_traced_code_names_the_program_and_code_without_a_file_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a data source's sampler from the user's own module: an edit makes another program
+    (tmp_path / "usersource.py").write_text("def sample():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import usersource  # type: ignore[import-not-found]
+
+    monkeypatch.setitem(sys.modules, "usersource", usersource)
+    first = executables._traced_code_fingerprint((usersource.sample,))
+    executables._package_fingerprint.cache_clear()  # a new process reads the file again
+    (tmp_path / "usersource.py").write_text("def sample():\n    return 2\n")
+    second = executables._traced_code_fingerprint((usersource.sample,))
+    assert first and second and first != second
+    # code with no source file to read (defined at run time) is compiled, never kept
+    module = types.ModuleType("defined_at_run_time")
+    exec("def sample():\n    return 3\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert executables._traced_code_fingerprint((module.sample,)) is None
+    assert executables._traced_code_fingerprint(()) == ""
+    executables._package_fingerprint.cache_clear()
