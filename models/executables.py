@@ -36,6 +36,7 @@ import logging
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,9 @@ class CachedProgram:
 _BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
+_FRESH_COMPILE = threading.Lock()  # JAX's cache setting is global: one such compile at a time
+
+
 def _compile_fresh(jitted: Any, args: tuple[Any, ...]) -> tuple[Any, bool]:
     """``jitted`` compiled for ``args`` with JAX's persistent cache off, and whether XLA
     compiled it here and now (not a program this process had compiled before). Only such a
@@ -251,23 +255,25 @@ def _compile_fresh(jitted: Any, args: tuple[Any, ...]) -> tuple[Any, bool]:
     from jax.experimental.compilation_cache import compilation_cache
 
     compiles: list[str] = []
+    me = threading.get_ident()
 
     def listen(event: str, duration: float, **kwargs: Any) -> None:
-        if event == _BACKEND_COMPILE_EVENT:
+        if event == _BACKEND_COMPILE_EVENT and threading.get_ident() == me:
             compiles.append(event)
 
-    cached = bool(jax.config.values["jax_enable_compilation_cache"])
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        if cached:
-            jax.config.update("jax_enable_compilation_cache", False)
-            compilation_cache.reset_cache()  # JAX decides once whether its cache is used
-        compiled = jitted.lower(*args).compile()
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
-        if cached:
-            jax.config.update("jax_enable_compilation_cache", True)
-            compilation_cache.reset_cache()
+    with _FRESH_COMPILE:
+        cached = bool(jax.config.values["jax_enable_compilation_cache"])
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            if cached:
+                jax.config.update("jax_enable_compilation_cache", False)
+                compilation_cache.reset_cache()  # JAX decides once whether its cache is used
+            compiled = jitted.lower(*args).compile()
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+            if cached:
+                jax.config.update("jax_enable_compilation_cache", True)
+                compilation_cache.reset_cache()
     return compiled, bool(compiles)
 
 

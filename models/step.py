@@ -5,7 +5,7 @@ names, batch layout, chunk length) is static; every hyperparameter that does not
 LR, warmup, horizon, betas, eps, weight decay, clip, EMA decay) and the data tables arrive
 as runtime arguments. Compiled programs are cached per static signature, so later runs in
 the same process at the same shapes never retrace, and new processes load them from disk
-(models/executables.py) or, failing that, from the persistent compilation cache.
+(models/executables.py: a program compiles once per machine and shape).
 """
 
 from __future__ import annotations
