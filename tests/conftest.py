@@ -72,6 +72,19 @@ _SLOWEST_FIRST = (
     "test_train.py",
     "test_multi_orchestrator.py",
     "test_consumers.py",
+    # then the heaviest files of the fast tier (-m "not slow"), where the files above have
+    # little to run: a long file that starts last is the tier's tail, one core idle
+    "test_report.py",
+    "test_nets.py",
+    "test_formats_wild.py",
+    "test_batch_unit.py",
+    "test_headline.py",
+    "test_formats.py",
+    "test_data.py",
+    "test_ramp.py",
+    "test_figures.py",
+    "test_misbehave.py",
+    "test_hydra_habits.py",
 )
 
 

@@ -145,12 +145,6 @@ def test_per_point_wall_time_and_flops_to_target(
     assert row["wall_s_to_target"] == pytest.approx(1 + 1520e-3 * (1 + 64 / 256), rel=1e-3)
 
 
-def test_re_rendering_gives_identical_bytes(known: tuple[Path, dict, dict[str, bytes]]) -> None:
-    run, _, first = known
-    report(str(run))
-    assert snapshot(run / "report") == first
-
-
 def test_steps_csv_round_trips_through_fit_steps(
     known: tuple[Path, dict, dict[str, bytes]],
 ) -> None:
@@ -317,9 +311,11 @@ def test_the_parser_takes_repeated_targets() -> None:
     assert p.parse_args(["report", "runs/x"]).target == []
 
 
-def test_a_copied_run_dir_renders_the_same(
+def test_re_rendering_a_copied_run_dir_gives_identical_bytes(
     known: tuple[Path, dict, dict[str, bytes]], tmp_path: Path
 ) -> None:
+    """A second render, of a copy elsewhere: the same bytes (neither the render nor the
+    run dir's place leaves a mark)."""
     run, _, first = known
     copy = tmp_path / "elsewhere"
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("report"))
@@ -377,17 +373,26 @@ def _cut_at_target(run: Path, spec: Spec) -> None:
 
 
 @pytest.fixture(scope="module")
-def cut_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cut(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict[str, bytes]]:
+    """The cut run dir (copied elsewhere before its report), its report's summary and files."""
     spec = Spec(s_min=CUT_S_MIN, b_crit=CUT_B_CRIT, target=CUT_TARGET)
     run = make_run_dir(tmp_path_factory.mktemp("cut") / "run", spec)
     _cut_at_target(run, spec)
-    return run
-
-
-def test_cut_curves_keep_only_well_posed_automatic_targets(cut_run: Path) -> None:
-    run = cut_run
+    shutil.copytree(run, run.parent / "copy")
     summary = report(str(run))
-    f = fits(run)
+    return run, summary, snapshot(run / "report")
+
+
+@pytest.fixture
+def cut_run(cut: tuple[Path, dict, dict[str, bytes]]) -> Path:
+    return cut[0]
+
+
+def test_cut_curves_keep_only_well_posed_automatic_targets(
+    cut: tuple[Path, dict, dict[str, bytes]],
+) -> None:
+    _, summary, files = cut  # the report of the automatic targets, as first rendered
+    f = json.loads(files["fits.json"])
     # Automatic candidates 2.1, 2.3, 2.6, 3: above the plateau (2.4) every batch size
     # reaches the target at its first evaluation, so S(B) is flat there.
     assert f["targets"] == summary["targets"] == [2.0, 2.1, 2.3]
@@ -410,12 +415,12 @@ def test_cut_curves_keep_only_well_posed_automatic_targets(cut_run: Path) -> Non
     law = g["law"]
     assert law["targets"] == [2.0, 2.1, 2.3] and law["n_points"] == 3
     assert abs(law["slope"]) < 1.5
-    md = (run / "report" / "report.md").read_text()
+    md = files["report.md"].decode()
     assert "stop_at_target" in md and "no harder target can be measured" in md
     assert "dropped: reached within the first 2 evaluations" in md
     assert f["steps"]["groups"][0]["b_crit"] == pytest.approx(CUT_B_CRIT, rel=0.15)
     assert not f["warnings"]
-    header = (run / "report" / "steps_to_target.csv").read_text().splitlines()[0]
+    header = files["steps_to_target.csv"].decode().splitlines()[0]
     assert "steps_at_2.3" in header and "steps_at_2.6" not in header
     assert "bcrit_vs_target" in summary["figures"]
 
@@ -455,11 +460,9 @@ def test_given_targets_on_cut_curves_are_reported_and_flagged(cut_run: Path) -> 
     assert "given (--target)" in md
 
 
-def test_cut_report_renders_identically(cut_run: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "copy"
-    shutil.copytree(cut_run, copy, ignore=shutil.ignore_patterns("report"))
-    report(str(copy))
-    first = snapshot(copy / "report")
+def test_cut_report_renders_identically(cut: tuple[Path, dict, dict[str, bytes]]) -> None:
+    run, _, first = cut
+    copy = run.parent / "copy"  # copied before any report
     report(str(copy))
     assert snapshot(copy / "report") == first
 

@@ -126,30 +126,22 @@ def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, st
 
 
 @pytest.mark.slow
-def test_same_seed_at_parallelism_one_gives_identical_trials(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    results = []
-    for name in ("a", "b"):
-        code, _, err = _run_inline(
-            capsys, "conf=smoke", "parallelism=1", f"run_dir={tmp_path / name}"
-        )
+def test_another_seed_draws_other_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed decides the draws. (The same seed gives the same trials, in separate runs at
+    parallelism 1, 2 and 4: tests/test_ordered.py.)"""
+    args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=2"]
+    args += ["budget.max_steps=10", "parallelism=1"]
+    drawn = {}
+    for seed in (0, 7):
+        run_dir = tmp_path / str(seed)
+        code, _, err = _run_inline(capsys, *args, f"seed={seed}", f"run_dir={run_dir}")
         assert code == 0, err
-        results.append(
-            {
-                label: [(t.params, t.value, t.state) for t in trials]
-                for label, trials in optuna_trials(tmp_path / name, "smoke").items()
-            }
-        )
-    assert results[0] == results[1]
-    code, _, _ = _run_inline(
-        capsys, "conf=smoke", "parallelism=1", "seed=7", f"run_dir={tmp_path / 'c'}"
-    )
-    other = {
-        label: [t.params for t in trials]
-        for label, trials in optuna_trials(tmp_path / "c", "smoke").items()
-    }
-    assert other != {label: [p for p, _, _ in trials] for label, trials in results[0].items()}
+        drawn[seed] = {
+            label: [t.params for t in trials]
+            for label, trials in optuna_trials(run_dir, "smoke").items()
+        }
+        assert [len(v) for v in drawn[seed].values()] == [2]
+    assert drawn[0] != drawn[7]
 
 
 @pytest.mark.slow
@@ -512,6 +504,7 @@ def test_confirm_seeds_rerun_the_best_values_with_new_seeds(
     assert len(records) == 4 and {r["seed"] for r in records} == {1, 2}
 
 
+@pytest.mark.slow  # a study's worker process and its compile: over 10 s on 2 cores
 def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -524,7 +517,7 @@ def test_a_trial_asked_but_never_submitted_is_submitted_at_once_by_the_next_run(
 
     run_dir = tmp_path / "run"
     args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=1"]
-    args += ["parallelism=1", f"run_dir={run_dir}"]
+    args += ["budget.max_steps=10", "parallelism=1", f"run_dir={run_dir}"]
     with monkeypatch.context() as m:
         m.setattr(Launcher, "submit_together", interrupted)
         code, _, _ = _run_inline(capsys, *args)
