@@ -126,7 +126,9 @@ def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, st
 
 
 @pytest.mark.slow
-def test_another_seed_draws_other_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_another_seed_draws_other_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The seed decides the draws. (The same seed gives the same trials, in separate runs at
     parallelism 1, 2 and 4: tests/test_ordered.py.)"""
     args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=2"]
