@@ -105,6 +105,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many compiled programs the session's tests kept in their shared cache: each
+    new shape of the built-in trainer costs its compile (about 12 CPU-seconds for the tiny
+    GPT, from nothing), so a test that can use a shape other tests use costs less."""
+    if _WORKER:
+        return
+    kept = list(Path(_CACHE, "executables").glob("*.xexe"))
+    if kept:
+        size = sum(p.stat().st_size for p in kept) / 1e6
+        terminalreporter.write_line(
+            f"compiled programs kept by the session: {len(kept)} ({size:.0f} MB; "
+            "tests/conftest.py)"
+        )
+
+
 @pytest.fixture
 def compile_cache() -> str:
     """A persistent compilation cache directory shared by the tests of this session."""

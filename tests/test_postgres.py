@@ -286,14 +286,13 @@ def test_the_url_from_the_environment_stays_out_of_the_spec(
 def test_without_binaries_it_skips_unless_clusters_are_required(
     required: str, outcome: str, tmp_path: Path
 ) -> None:
-    env = {
-        **_env(None),
-        "STEPSCALE_PG_BINDIR": str(tmp_path),
-        "STEPSCALE_REQUIRE_CLUSTER": required,
-    }
+    # A session of its own: not an xdist worker (the variables it would inherit from this
+    # one make its conftest take it for one) and no workers of its own for one test.
+    env = {k: v for k, v in _env(None).items() if not k.startswith("PYTEST_XDIST")}
+    env |= {"STEPSCALE_PG_BINDIR": str(tmp_path), "STEPSCALE_REQUIRE_CLUSTER": required}
     res = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+            sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-rs",
             f"{__file__}::test_unusable_server_exits_2_with_a_short_message_without_the_password",
         ],
         env=env, capture_output=True, text=True, timeout=120,
