@@ -115,8 +115,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if kept:
         size = sum(p.stat().st_size for p in kept) / 1e6
         terminalreporter.write_line(
-            f"compiled programs kept by the session: {len(kept)} ({size:.0f} MB; "
-            "tests/conftest.py)"
+            f"compiled programs kept by the session: {len(kept)} ({size:.0f} MB; tests/conftest.py)"
         )
 
 
