@@ -126,24 +126,30 @@ def _run_inline(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, st
 
 
 @pytest.mark.slow
-def test_another_seed_draws_other_trials(
+def test_same_seed_at_parallelism_one_gives_identical_trials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The seed decides the draws. (The same seed gives the same trials, in separate runs at
-    parallelism 1, 2 and 4: tests/test_ordered.py.)"""
+    """Two runs at one seed: the same trials (values, ends, objectives); another seed: other
+    draws. Two trials of 10 steps at one batch size each (the whole shrunk demo at
+    parallelism 1, 2 and 4 with paused processes: tests/test_ordered.py)."""
     args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=2"]
     args += ["budget.max_steps=10", "parallelism=1"]
-    drawn = {}
-    for seed in (0, 7):
-        run_dir = tmp_path / str(seed)
+    results = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 7)):
+        run_dir = tmp_path / name
         code, _, err = _run_inline(capsys, *args, f"seed={seed}", f"run_dir={run_dir}")
         assert code == 0, err
-        drawn[seed] = {
-            label: [t.params for t in trials]
+        results[name] = {
+            label: [(t.params, t.value, t.state) for t in trials]
             for label, trials in optuna_trials(run_dir, "smoke").items()
         }
-        assert [len(v) for v in drawn[seed].values()] == [2]
-    assert drawn[0] != drawn[7]
+        assert [len(v) for v in results[name].values()] == [2]
+    assert results["a"] == results["b"]
+
+    def params(name: str) -> list[list[dict]]:
+        return [[p for p, _, _ in trials] for trials in results[name].values()]
+
+    assert params("c") != params("a")
 
 
 @pytest.mark.slow
