@@ -156,8 +156,16 @@ SWEEP = str(Path(sys.executable).with_name("sweep"))
 
 
 def user_env() -> dict[str, str]:
-    """The environment a user's shell has: no test-only XLA flags (the fake devices)."""
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    """The environment a user's shell has: no fake XLA devices, only the session's compile
+    flags (tests/conftest.py: they change how fast a program compiles, not what it computes)."""
+    return {**os.environ, "XLA_FLAGS": xla_flags()}
+
+
+def xla_flags(devices: int | None = None) -> str:
+    """``XLA_FLAGS`` for a process the tests start: ``devices`` fake CPU devices (XLA's
+    default of one when None) and the session's compile flags (tests/conftest.py)."""
+    fake = f"--xla_force_host_platform_device_count={devices} " if devices else ""
+    return fake + os.environ.get("STEPSCALE_TEST_XLA_FLAGS", "")
 
 
 def run_sweep(

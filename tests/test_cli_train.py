@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TEST_COMPILE_CACHE, read_jsonl, shadowing_packages, without_wall
+from helpers import TEST_COMPILE_CACHE, read_jsonl, shadowing_packages, user_env, without_wall
 
 from stepscale.cli.main import main
 
@@ -197,7 +196,7 @@ def test_tokens_file_trains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.slow
 def test_console_script_runs_from_a_directory_with_its_own_models_package(tmp_path: Path) -> None:
     shadowing_packages(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     sweep = Path(sys.executable).with_name("sweep")
     res = subprocess.run(
         [str(sweep), "train", *FAST, "run_dir=r"],
@@ -214,7 +213,7 @@ def test_console_script_runs_from_a_directory_with_its_own_models_package(tmp_pa
 
 @pytest.mark.slow
 def test_ctrl_c_saves_and_the_same_command_resumes(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     sweep = str(Path(sys.executable).with_name("sweep"))
     args = [
         "train",

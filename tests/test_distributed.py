@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import read_jsonl, tiny_gpt, without_wall
+from helpers import read_jsonl, tiny_gpt, without_wall, xla_flags
 
 from stepscale.models.config import TrainConfig
 from stepscale.models.distributed import join_args, maybe_initialize
@@ -71,7 +71,7 @@ def _start_workers(tmp_path: Path, jobs: list[dict[str, Any]]) -> list[Any]:
     for pid in range(2):
         env = {
             **os.environ,
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+            "XLA_FLAGS": xla_flags(1),
             "JAX_PLATFORMS": "cpu",
             "STEPSCALE_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
             "STEPSCALE_NUM_PROCESSES": "2",
@@ -200,7 +200,7 @@ def test_an_srun_step_of_two_tasks_joins_by_itself(tmp_path: Path) -> None:
     of two tasks on one node (no SLURM needed: JAX only reads the environment)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "STEPSCALE_"))}
     env.update(
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=xla_flags(1),
         JAX_PLATFORMS="cpu",
         JAX_COORDINATOR_PORT=str(_free_port()),  # else 61440 + job id % 4096 (JAX's choice)
         SLURM_JOB_ID="4242",

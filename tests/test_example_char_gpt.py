@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, trials_of
+from helpers import read_jsonl, trials_of, user_env
 
 from stepscale import rundir
 
@@ -43,7 +42,7 @@ TINY = [
 
 def sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real console script."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     return subprocess.run(
         [SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import user_env
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def main(config, reporter, trial_dir):
 
 def sweep(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The real console script, with the environment a user has (no test-only XLA flags)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     return subprocess.run(
         [str(SWEEP), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

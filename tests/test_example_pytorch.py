@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, trials_of, wait_for
+from helpers import read_jsonl, trials_of, user_env, wait_for
 
 from stepscale import rundir
 
@@ -27,7 +27,7 @@ STUDY = ["run", "conf=pytorch_batchsize", "--config-dir", str(EXAMPLE)]
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return user_env()
 
 
 def sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import TEST_COMPILE_CACHE, read_jsonl, tiny_gpt, tiny_nqm, without_wall
+from helpers import TEST_COMPILE_CACHE, read_jsonl, tiny_gpt, tiny_nqm, without_wall, xla_flags
 from jax.sharding import PartitionSpec
 
 from stepscale.models import checkpoint
@@ -142,7 +142,7 @@ def _start_worker(tmp_path: Path) -> subprocess.Popen:
     spec.write_text(json.dumps({"root": str(tmp_path / "d8")}))
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "XLA_FLAGS": xla_flags(8),
         "JAX_PLATFORMS": "cpu",
     }
     with open(tmp_path / "worker8.log", "w") as log:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import output_of, read_jsonl
+from helpers import output_of, read_jsonl, user_env
 
 from stepscale import rundir
 
@@ -145,7 +145,7 @@ def none_alive_within(marker: str, seconds: float = 10.0) -> list[int]:
 
 
 def secret_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     env["DATABASE_URL"] = f"postgresql://trainer:{PASSWORD}@db.example:5432/runs"
     env["MY_CRED"] = CRED
     return env

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import optuna
 import pytest
+from helpers import xla_flags
 from optuna.trial import TrialState
 from servers import ServerUnavailable, skip_or_fail
 from servers.postgres import Timings, postgres_server
@@ -60,6 +61,7 @@ def _env(url: str | None) -> dict[str, str]:
         if k != "XLA_FLAGS" and not k.startswith("PG") and k != URL_ENV
     }
     env["STEPSCALE_TEST"] = "1"
+    env["XLA_FLAGS"] = xla_flags()
     if url is not None:
         env[URL_ENV] = url
     return env

@@ -25,6 +25,7 @@ from helpers import (
     read_jsonl,
     reported,
     trials_of,
+    user_env,
     wait_for,
     without_wall,
 )
@@ -74,7 +75,7 @@ def _ray(cluster: Any) -> list[str]:
 
 
 def _env() -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, **LOOPBACK}
+    return {**user_env(), **LOOPBACK}
 
 
 def _sweep(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import output_of, read_jsonl, trials_of
+from helpers import output_of, read_jsonl, trials_of, user_env
 
 from stepscale import rundir
 
@@ -81,7 +81,7 @@ step 5: train loss 3.1000, val loss nan
 
 def sweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real console script."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     return subprocess.run(
         [SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
@@ -306,7 +306,7 @@ def test_sweep_stop_sends_the_scripts_stop_signal(project: Path) -> None:
         "trainer.args=none", "+trainer.stop_signal=SIGINT", "scientific.mode.values=[ok]",
         "budget.max_steps=990", "launcher.name=local",
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     proc = subprocess.Popen(
         [SWEEP, *args], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True,

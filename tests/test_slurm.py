@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import job_events, output_of, shadowing_packages
+from helpers import job_events, output_of, shadowing_packages, xla_flags
 from servers.slurm import sacct_state, squeue_ids
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
 
@@ -485,7 +485,7 @@ def test_a_trial_spans_two_slurm_tasks_with_jax_distributed(
         "pruner=none",
         f"train.compile_cache_dir={compile_cache}",
     ]
-    env = _env(compile_cache) | {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = _env(compile_cache) | {"XLA_FLAGS": xla_flags(2)}
     ref = subprocess.run(
         [*common, f"run_dir={tmp_path / 'ref'}"], env=env, capture_output=True, text=True
     )

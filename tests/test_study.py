@@ -17,6 +17,7 @@ from helpers import (
     optuna_trials,
     shadowing_packages,
     trials_of,
+    user_env,
     wait_for,
 )
 from optuna.trial import TrialState
@@ -30,7 +31,7 @@ FAST = ["train.devices=1"]
 
 
 def _env(cache: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     env["STEPSCALE_TEST"] = "1"
     return env
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import assert_exact_budget, read_jsonl, trials_of, wait_for
+from helpers import assert_exact_budget, read_jsonl, trials_of, user_env, wait_for
 
 from stepscale import rundir
 from stepscale.errors import UsageError
@@ -36,7 +36,7 @@ NUMPY = ROOT / "examples" / "numpy_regression"
 
 def sweep(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The real console script."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = user_env()
     return subprocess.run(
         [SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

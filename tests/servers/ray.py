@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers import xla_flags
+
 from servers import ServerUnavailable
 
 OBJECT_STORE = 80 * 2**20
@@ -62,7 +64,7 @@ def _user_environment() -> Iterator[None]:
     """The Ray processes started in the block inherit a user's environment (no fake XLA
     devices of the test session)."""
     saved = dict(os.environ)
-    os.environ.pop("XLA_FLAGS", None)
+    os.environ["XLA_FLAGS"] = xla_flags()
     os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
     try:
         yield
@@ -184,7 +186,7 @@ def private_node(cluster: RayCluster, folder: Path) -> Iterator[None]:
         raise ServerUnavailable(f"no mount namespace here (unshare -m: {probe.stderr.strip()})")
     script = f'mount -t tmpfs none {folder} && exec "$0" -c "$1" "$2" "$3"'
     command = [sys.executable, _NODE, cluster.address, str(OBJECT_STORE)]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {**os.environ, "XLA_FLAGS": xla_flags()}
     before = _alive_nodes(cluster)
     proc = subprocess.Popen(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script, *command],
