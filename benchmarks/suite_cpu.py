@@ -105,6 +105,15 @@ class Sampler(threading.Thread):
         while not self.done.wait(self.period):
             self._sample(first=False)
 
+    def heaviest(self, kind: str, n: int) -> list[tuple[float, str]]:
+        """The ``n`` command lines of ``kind`` that spent the most CPU-seconds (summed over
+        the processes with the same command line)."""
+        cpu = Counter[str]()
+        for cmd, base, last in self.seen.values():
+            if kind_of(cmd) == kind:
+                cpu[cmd[:160]] += last - base
+        return [(seconds, cmd) for cmd, seconds in cpu.most_common(n)]
+
     def by_kind(self) -> tuple[Counter[str], Counter[str]]:
         """CPU-seconds and number of processes by kind."""
         cpu, count = Counter[str](), Counter[str]()
@@ -118,6 +127,9 @@ class Sampler(threading.Thread):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--period", type=float, default=0.3, help="seconds between samples")
+    parser.add_argument(
+        "--top", type=int, default=8, help="heaviest command lines of the unnamed kinds to show"
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = parser.parse_args(argv)
     sampler = Sampler(args.period)
@@ -136,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     for kind, seconds in cpu.most_common():
         print(f"{seconds:8.1f} {seconds / sampled:6.1%} {count[kind]:6d} "
               f"{seconds / count[kind]:8.2f}  {kind}", file=sys.stderr)  # fmt: skip
+    for kind in ("other Python", "other"):
+        for seconds, cmd in sampler.heaviest(kind, args.top):
+            print(f"{seconds:8.1f}  [{kind}] {cmd}", file=sys.stderr)
     doc = {
         "pytest_args": cmd[3:], "exit": code, "wall_s": round(wall, 1),
         "machine_busy_cpu_s": round(busy, 1), "sampled_cpu_s": round(sampled, 1),

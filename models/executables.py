@@ -23,13 +23,17 @@ is named by a hash of
 
 Anything else is a miss: the program is traced and compiled (with the persistent cache off:
 an executable that cache loaded cannot be saved again, see `_compile_fresh`; the file saved
-here takes its place) and saved. A file that cannot be read or loaded is a miss too, and
+here takes its place) and saved. One process at a time compiles a given program: another
+that misses the same file meanwhile (the warm workers of a study starting at one shape)
+waits for it and loads what it saved (`_one_compiler`). A file that cannot be read or loaded is a miss too, and
 one that cannot be written is skipped: the cache can make a run faster, never fail it.
 Only single-process runs use it (a multi-host program is compiled by every host together).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -37,7 +41,8 @@ import os
 import pickle
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,9 @@ log = logging.getLogger(__name__)
 
 SUBDIR = "executables"
 SUFFIX = ".xexe"
+# How long a process waits for another one compiling the same program before it compiles
+# the program itself (the other may be stopped; compiling twice is only slower)
+COMPILE_WAIT_S = 600.0
 # JAX settings that change no compiled program (a cache's place, what is logged or dumped)
 _INERT_SETTINGS = (
     "compilation_cache",
@@ -230,14 +238,57 @@ class CachedProgram:
         ).hexdigest()
         path = folder / f"{key}{SUFFIX}"
         loaded = _load(path, self.devices)
-        if loaded is not None:
-            log.debug("loaded %s from %s", self.static_key, path)
-            return loaded
-        compiled, fresh = _compile_fresh(self.jitted, args)
-        if fresh:
-            _save(path, compiled)
-            log.debug("compiled %s and saved it at %s", self.static_key, path)
-        return compiled
+        if loaded is None:
+            with _one_compiler(path):
+                # what another process saved while this one waited for it
+                loaded = _load(path, self.devices)
+                if loaded is None:
+                    compiled, fresh = _compile_fresh(self.jitted, args)
+                    if fresh:
+                        _save(path, compiled)
+                        log.debug("compiled %s and saved it at %s", self.static_key, path)
+                    return compiled
+        log.debug("loaded %s from %s", self.static_key, path)
+        return loaded
+
+
+@contextlib.contextmanager
+def _one_compiler(path: Path) -> Iterator[None]:
+    """Held while this process compiles the program to be saved at ``path``: a process that
+    misses the same program meanwhile waits here, then loads the saved file instead of
+    compiling it at the same time (N processes starting at one shape on one machine paid N
+    compiles, on the same cores). An exclusive ``flock`` on ``<key>.lock`` beside it, freed
+    when the holder ends however it ends. Where no lock can be had (a read-only folder, a
+    file system without ``flock``) or after `COMPILE_WAIT_S` of waiting, the process
+    compiles without it: the lock can make a start cheaper, never block or fail a run."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            _acquire(fd, path)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _acquire(fd: int, path: Path) -> None:
+    """Take the exclusive lock on ``fd``, waiting up to `COMPILE_WAIT_S` for its holder."""
+    deadline = time.monotonic() + COMPILE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                log.info("compiling %s although another process still compiles it", path)
+                return
+            time.sleep(0.05)
+        except OSError:  # no flock on this file system
+            return
 
 
 # JAX's event for every backend compile (a persistent-cache hit included)

@@ -5,13 +5,14 @@ program is a miss, and a damaged file is a miss too, never a failed run."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
 import types
 import uuid
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, tiny_nqm, without_wall
+from helpers import read_jsonl, tiny_nqm, user_env, wait_for, without_wall
 
 from stepscale.models import executables
 from stepscale.models.step import TRACE_COUNTS, forget_programs
@@ -91,3 +92,48 @@ def test_a_users_traced_code_names_the_program_and_code_without_a_file_is_not_ke
     assert executables._traced_code_fingerprint((module.sample,)) is None
     assert executables._traced_code_fingerprint(()) == ""
     executables._package_fingerprint.cache_clear()
+
+
+# Trains one tiny NQM at a dimension no other test uses, once a file named "go" exists, with
+# the executables module's log on stderr: what it compiled and what it loaded.
+_AT_ONCE = """
+import logging, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from helpers import tiny_nqm
+from stepscale.models.train import train
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+logging.getLogger("stepscale.models.executables").setLevel(logging.DEBUG)
+folder = Path(sys.argv[2])
+(folder / ("ready-" + sys.argv[3])).touch()
+while not (folder / "go").exists():
+    time.sleep(0.01)
+status = train(tiny_nqm(model__dim=13, train__max_steps=20, train__eval_every=10,
+                        train__compile_cache_dir=str(folder / "cache")))
+print(status["final_eval_loss"])
+"""
+
+
+def test_processes_that_need_one_program_at_once_compile_it_once(tmp_path: Path) -> None:
+    """Two processes that miss the same programs at the same moment (warm workers starting
+    at one shape): one compiles each program, the other waits for it and loads it."""
+    tests = str(Path(__file__).parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _AT_ONCE, tests, str(tmp_path), str(i)],
+            env=user_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    wait_for(lambda: len(list(tmp_path.glob("ready-*"))) == 2, timeout=120)
+    (tmp_path / "go").touch()
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    logs = "".join(err for _, err in outs).splitlines()
+    compiled = sorted(line.split()[1] for line in logs if line.startswith("compiled "))
+    loaded = sorted(line.split()[1] for line in logs if line.startswith("loaded "))
+    assert len(compiled) == 3 and compiled == loaded, logs  # init, chunk, eval: once each
+    assert outs[0][0] == outs[1][0]  # the same numbers from a loaded program
