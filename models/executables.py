@@ -239,9 +239,9 @@ class CachedProgram:
         path = folder / f"{key}{SUFFIX}"
         loaded = _load(path, self.devices)
         if loaded is None:
-            with _one_compiler(path):
-                # what another process saved while this one waited for it
-                loaded = _load(path, self.devices)
+            with _one_compiler(path) as waited:
+                if waited:  # what the other process saved while this one waited for it
+                    loaded = _load(path, self.devices)
                 if loaded is None:
                     compiled, fresh = _compile_fresh(self.jitted, args)
                     if fresh:
@@ -253,42 +253,44 @@ class CachedProgram:
 
 
 @contextlib.contextmanager
-def _one_compiler(path: Path) -> Iterator[None]:
+def _one_compiler(path: Path) -> Iterator[bool]:
     """Held while this process compiles the program to be saved at ``path``: a process that
     misses the same program meanwhile waits here, then loads the saved file instead of
     compiling it at the same time (N processes starting at one shape on one machine paid N
     compiles, on the same cores). An exclusive ``flock`` on ``<key>.lock`` beside it, freed
     when the holder ends however it ends. Where no lock can be had (a read-only folder, a
     file system without ``flock``) or after `COMPILE_WAIT_S` of waiting, the process
-    compiles without it: the lock can make a start cheaper, never block or fail a run."""
+    compiles without it: the lock can make a start cheaper, never block or fail a run.
+    Yields whether another process held the lock (and may have saved the program)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
     except OSError:
         fd = None
     try:
-        if fd is not None:
-            _acquire(fd, path)
-        yield
+        yield fd is not None and _acquire(fd, path)
     finally:
         if fd is not None:
             os.close(fd)  # releases the lock
 
 
-def _acquire(fd: int, path: Path) -> None:
-    """Take the exclusive lock on ``fd``, waiting up to `COMPILE_WAIT_S` for its holder."""
+def _acquire(fd: int, path: Path) -> bool:
+    """Take the exclusive lock on ``fd``, waiting up to `COMPILE_WAIT_S` for its holder;
+    whether another process held it."""
     deadline = time.monotonic() + COMPILE_WAIT_S
+    waited = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return waited
         except BlockingIOError:
             if time.monotonic() > deadline:
                 log.info("compiling %s although another process still compiles it", path)
-                return
+                return True
+            waited = True
             time.sleep(0.05)
         except OSError:  # no flock on this file system
-            return
+            return waited
 
 
 # JAX's event for every backend compile (a persistent-cache hit included)

@@ -54,13 +54,22 @@ Progress = Callable[[int, int, dict[str, Any]], None]
 log = logging.getLogger(__name__)
 
 
+def cache_path(directory: str) -> str:
+    """``directory`` with ``~`` expanded; a folder under ``~/.cache`` (the default's) is
+    under ``$XDG_CACHE_HOME`` instead where that is set, as Linux caches are."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and (directory == "~/.cache" or directory.startswith("~/.cache/")):
+        directory = xdg + directory[len("~/.cache") :]
+    return os.path.expanduser(directory)
+
+
 def configure_compile_cache(directory: str) -> None:
     """Turn on JAX's persistent compilation cache (every program cached, however small) and
     keep compiled programs beside it (models/executables.py); ``""`` turns the latter off."""
     if not directory:
         executables.configure(None)
         return
-    path = os.path.expanduser(directory)
+    path = cache_path(directory)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:

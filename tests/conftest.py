@@ -38,16 +38,26 @@ import pytest
 # Every test of the session compiles through one persistent compilation cache, shared by
 # the pytest-xdist workers: the tiny configs the tests share compile once per session, not
 # once per worker or per test (tests/helpers.py TEST_COMPILE_CACHE; the subprocesses that
-# tests start inherit it). The workers are children of the controller, so its pid names
-# the folder for all of them; the controller, the last to exit, removes it.
+# tests start inherit it). It is also where the default `train.compile_cache_dir` leads
+# (~/.cache/stepscale/jax follows $XDG_CACHE_HOME), so a test that keeps the default
+# shares it too, and no test writes into the user's own cache (a suite left ~50 programs
+# there). The workers are children of the controller, so its pid names the folder for all
+# of them; the controller, the last to exit, removes it.
 _WORKER = "PYTEST_XDIST_WORKER" in os.environ
-_CACHE = os.path.join(
-    tempfile.gettempdir(), f"stepscale-jax-cache-{os.getppid() if _WORKER else os.getpid()}"
+_HOME = os.path.join(
+    tempfile.gettempdir(), f"stepscale-test-cache-{os.getppid() if _WORKER else os.getpid()}"
 )
+_CACHE = os.path.join(_HOME, "stepscale", "jax")
 os.makedirs(_CACHE, exist_ok=True)
 if not _WORKER:
-    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+    atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 os.environ["STEPSCALE_TEST_COMPILE_CACHE"] = _CACHE
+# the user's cache folder, for what is kept between sessions (tests/consumers)
+os.environ.setdefault(
+    "STEPSCALE_TEST_USER_CACHE",
+    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+)
+os.environ["XDG_CACHE_HOME"] = _HOME
 
 # The suite starts several hundred Python processes (sweep commands, trial workers, users'
 # scripts), each importing the project's own modules. Where PYTHONDONTWRITEBYTECODE is set

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers import TEST_COMPILE_CACHE, user_env
 from run_dirs import Spec, make_run_dir
 
 from stepscale.analysis.analyze import analyze
@@ -361,8 +362,10 @@ def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Pa
         f"{axis}.max_points=4", "budget.trials_per_point=1", "budget.max_steps=20",
         "sampler.transfer=true", "objective.stop_at_target=true", "pruner.name=deadline",
         "train.eval_every=5", "train.devices=1", f"run_dir={run}",
+        # the session's programs (tests/test_ordered.py trains the same shapes)
+        f"train.compile_cache_dir={TEST_COMPILE_CACHE}",
     ]  # fmt: skip
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=user_env())
     assert res.returncode == 0, res.stderr[-3000:]
     record = json.loads((run / "adaptive.json").read_text())
     assert record["initial"] == [4, 16, 32] and record["candidates"] == [4, 8, 16, 32]
@@ -397,7 +400,7 @@ def test_an_adaptive_study_with_transfer_records_each_point_and_why(tmp_path: Pa
         assert f"## {section}" in md
     assert main(["status", str(run), "--json"]) == 0
     # The same command again resumes a finished study: nothing more runs.
-    again = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=user_env())
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((run / "adaptive.json").read_text()) == record
     assert len(list((run / "trials").glob("*/*/trial.json"))) == 4

@@ -137,3 +137,15 @@ def test_processes_that_need_one_program_at_once_compile_it_once(tmp_path: Path)
     loaded = sorted(line.split()[1] for line in logs if line.startswith("loaded "))
     assert len(compiled) == 3 and compiled == loaded, logs  # init, chunk, eval: once each
     assert outs[0][0] == outs[1][0]  # the same numbers from a loaded program
+
+
+def test_the_default_cache_follows_xdg_cache_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stepscale.models.config import TrainConfig
+    from stepscale.models.train import cache_path
+
+    default = TrainConfig().compile_cache_dir
+    monkeypatch.setenv("XDG_CACHE_HOME", "/scratch/me/cache")
+    assert cache_path(default) == "/scratch/me/cache/stepscale/jax"
+    assert cache_path("/data/jax") == "/data/jax"  # a folder of the user's own: as given
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_path(default) == str(Path.home() / ".cache" / "stepscale" / "jax")

@@ -39,7 +39,9 @@ def _python(root: Path) -> Path:
 
 def _cache_root() -> Path:
     digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    # the user's cache folder, also from within the test session (tests/conftest.py)
+    user = os.environ.get("STEPSCALE_TEST_USER_CACHE") or os.environ.get("XDG_CACHE_HOME")
+    base = Path(user or Path.home() / ".cache")
     return base / "stepscale" / f"{NAME}-{digest}"
 
 
