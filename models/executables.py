@@ -25,8 +25,9 @@ Anything else is a miss: the program is traced and compiled (with the persistent
 an executable that cache loaded cannot be saved again, see `_compile_fresh`; the file saved
 here takes its place) and saved. One process at a time compiles a given program: another
 that misses the same file meanwhile (the warm workers of a study starting at one shape)
-waits for it and loads what it saved (`_one_compiler`). A file that cannot be read or loaded is a miss too, and
-one that cannot be written is skipped: the cache can make a run faster, never fail it.
+waits for it and loads what it saved (`_one_compiler`). A file that cannot be read or
+loaded is a miss too, and one that cannot be written is skipped: the cache can make a run
+faster, never fail it.
 Only single-process runs use it (a multi-host program is compiled by every host together).
 """
 
