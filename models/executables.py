@@ -19,7 +19,9 @@ is named by a hash of
   own package: its sampler), every module of that package,
 - JAX, jaxlib, Flax and Optax versions, the platform, every device, ``XLA_FLAGS`` and
   ``LIBTPU_INIT_ARGS``, and JAX's configuration (but for the settings of caches, logs and
-  dumps, which change no program).
+  dumps, which change no program). On CPU, where devices are virtual and their number a
+  flag (``--xla_force_host_platform_device_count``), neither that flag nor the number of
+  devices counts: the devices a program runs on are part of its layout.
 
 Anything else is a miss: the program is traced and compiled (with the persistent cache off:
 an executable that cache loaded cannot be saved again, see `_compile_fresh`; the file saved
@@ -69,6 +71,9 @@ _INERT_SETTINGS = (
     "source_url",
     "include_debug_info",
 )
+
+# The flag that gives a CPU process its number of (virtual) devices
+_HOST_DEVICE_COUNT = "--xla_force_host_platform_device_count"
 
 _directory: Path | None = None
 
@@ -147,6 +152,14 @@ def _environment_fingerprint() -> str:
         for name, value in jax.config.values.items()
         if not any(word in name for word in _INERT_SETTINGS)
     )
+    flags = os.environ.get("XLA_FLAGS", "")
+    devices = repr([(d.id, d.device_kind, d.process_index) for d in jax.devices()])
+    if backend.platform == "cpu":
+        # A process's CPU devices are virtual, as many as a flag asks for: a program does
+        # not depend on how many there are beside the ones it runs on (named in its layout),
+        # so a 1-device program compiled where the flag made 4 serves a 1-device process.
+        flags = " ".join(f for f in flags.split() if not f.startswith(_HOST_DEVICE_COUNT))
+        devices = repr(sorted({(d.device_kind, d.process_index) for d in jax.devices()}))
     parts = [
         jax.__version__,
         jaxlib.__version__,
@@ -154,8 +167,8 @@ def _environment_fingerprint() -> str:
         optax.__version__,
         backend.platform,
         backend.platform_version,
-        repr([(d.id, d.device_kind, d.process_index) for d in jax.devices()]),
-        os.environ.get("XLA_FLAGS", ""),
+        devices,
+        flags,
         os.environ.get("LIBTPU_INIT_ARGS", ""),
         repr(settings),
     ]

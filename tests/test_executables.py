@@ -139,6 +139,39 @@ def test_processes_that_need_one_program_at_once_compile_it_once(tmp_path: Path)
     assert outs[0][0] == outs[1][0]  # the same numbers from a loaded program
 
 
+def test_a_program_compiled_beside_other_cpu_devices_serves_a_one_device_process(
+    tmp_path: Path,
+) -> None:
+    """This process has 4 virtual CPU devices (tests/conftest.py); a trial's process has one.
+    A 1-device program compiled here is the program that process would compile: it loads it
+    (nothing compiled) and gets the same numbers."""
+    import jax
+
+    assert jax.device_count() == 4
+    (tmp_path / "go").touch()
+    forget_programs()
+    status = train(
+        tiny_nqm(
+            model__dim=13, train__max_steps=20, train__eval_every=10,
+            train__compile_cache_dir=str(tmp_path / "cache"),
+        )
+    )  # fmt: skip
+    tests = str(Path(__file__).parent)
+    run = subprocess.run(
+        [sys.executable, "-c", _AT_ONCE, tests, str(tmp_path), "0"],
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    logs = run.stderr.splitlines()
+    assert [line.split()[0] for line in logs if line.split()[:1] in (["compiled"], ["loaded"])] == [
+        "loaded"
+    ] * 3, logs
+    assert float(run.stdout) == status["final_eval_loss"]
+
+
 def test_the_default_cache_follows_xdg_cache_home(monkeypatch: pytest.MonkeyPatch) -> None:
     from stepscale.models.config import TrainConfig
     from stepscale.models.train import cache_path

@@ -2,7 +2,7 @@
 the sampler read a trial's history alone (its point's trials 0 … n − 1 − lag), a point's
 next trial waits for its history to end, a trial is never pruned at the evaluation where
 it reached the target, and a shrunk copy of the fast demo gives the same trials and B_crit
-at parallelism 1, 2 and 4 while its processes are paused at random."""
+at parallelism 1 and 3 while its processes are paused at random."""
 
 from __future__ import annotations
 
@@ -208,10 +208,12 @@ def _start(parallelism: int, run: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_the_same_trials_and_bcrit_at_parallelism_1_2_and_4_with_processes_paused_at_random(
+def test_the_same_trials_and_bcrit_at_parallelism_1_and_3_with_processes_paused_at_random(
     tmp_path: Path,
 ) -> None:
-    runs = {p: tmp_path / f"p{p}" for p in (1, 2, 4)}
+    # one job at a time, and as many at once as the study starts points (1, 2 and 4 before:
+    # a third study's CPU for the same check)
+    runs = {p: tmp_path / f"p{p}" for p in (1, 3)}
     procs = {p: _start(p, run) for p, run in runs.items()}
     stalls = _Stalls(list(procs.values()))
     stalls.start()

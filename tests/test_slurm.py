@@ -280,13 +280,18 @@ def test_trials_asked_together_go_as_one_job_array_under_its_cap(
     assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) <= 2, spans
 
 
+# The requeue test's trial: long enough to be signalled twice (at step ≥ 300, then ≥ 500 steps
+# after its first resume), checkpoints still due only every 1000 steps.
+REQUEUED = [*LONG, "budget.max_steps=3000"]
+
+
 def test_requeue_and_preemption_resume_at_the_signalled_step(
     slurm: Path, tmp_path: Path, compile_cache
 ):
     run_dir = tmp_path / "slurm"
-    proc = _popen(["run", *LONG, *SLURM, f"run_dir={run_dir}"], compile_cache, tmp_path)
+    proc = _popen(["run", *REQUEUED, *SLURM, f"run_dir={run_dir}"], compile_cache, tmp_path)
     # The local reference runs beside it (the SLURM run waits on its requeues meanwhile).
-    ref = _popen(["run", *LONG, f"run_dir={tmp_path / 'ref'}"], compile_cache, tmp_path)
+    ref = _popen(["run", *REQUEUED, f"run_dir={tmp_path / 'ref'}"], compile_cache, tmp_path)
     try:
         # 1. `scontrol requeue` (what an admin or a preemption with PreemptMode=REQUEUE does):
         #    SIGTERM → checkpoint at the current step → the same job id runs again.
@@ -324,7 +329,7 @@ def test_requeue_and_preemption_resume_at_the_signalled_step(
     # Still one Optuna trial, told once, every intermediate value once.
     (trial,) = optuna_trials(run_dir, "smoke")["batch_size=8"]
     assert trial.number == 0 and trial.state.name == "COMPLETE"
-    assert sorted(trial.intermediate_values) == list(range(250, 5001, 250))
+    assert sorted(trial.intermediate_values) == list(range(250, 3001, 250))
     record = read_json(folder / "trial.json")
     assert record["attempts"] == 1 and "failures" not in record, record
     _wait_for_sacct(job, "COMPLETED")

@@ -132,7 +132,7 @@ def test_same_seed_at_parallelism_one_gives_identical_trials(
 ) -> None:
     """Two runs at one seed: the same trials (values, ends, objectives); another seed: other
     draws. Two trials of 10 steps at one batch size each (the whole shrunk demo at
-    parallelism 1, 2 and 4 with paused processes: tests/test_ordered.py)."""
+    parallelism 1 and 3 with paused processes: tests/test_ordered.py)."""
     args = ["conf=smoke", "scientific.batch_size.values=[8]", "budget.trials_per_point=2"]
     args += ["budget.max_steps=10", "parallelism=1"]
     results = {}
@@ -157,10 +157,11 @@ def test_same_seed_at_parallelism_one_gives_identical_trials(
 def test_pruning_compares_trials_within_a_point_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Vocabulary 64 has a much higher loss than vocabulary 8 at every step: if trials of both
-    # points were compared, the median pruner would stop every vocab-64 trial at once.
+    # Vocabulary 64 has a much higher loss than vocabulary 16 at every step: if trials of both
+    # points were compared, the median pruner would stop every vocab-64 trial at once. (16:
+    # the smoke study's vocabulary, whose programs at batch 32 other tests compile.)
     study = user_study(
-        tmp_path, "vocab", "scientific:\n  vocab: {path: data.vocab_size, values: [8, 64]}\n"
+        tmp_path, "vocab", "scientific:\n  vocab: {path: data.vocab_size, values: [16, 64]}\n"
     )
     args = [
         *study, "~scientific.batch_size", "budget.trials_per_point=4", "pruner.n_startup_trials=1",
@@ -170,7 +171,7 @@ def test_pruning_compares_trials_within_a_point_only(
     code, _, err = _run_inline(capsys, *args)
     assert code == 0, err
     by_point = optuna_trials(tmp_path / "p", "vocab")
-    assert set(by_point) == {"vocab=8", "vocab=64"}
+    assert set(by_point) == {"vocab=16", "vocab=64"}
     assert any(
         t.state == TrialState.PRUNED for trials in by_point.values() for t in trials
     )  # the pruner acted
