@@ -443,15 +443,19 @@ class Scheduler:
         record: dict[str, Any],
         error: str | None = None,
     ) -> None:
-        """Tell Optuna (once) and record the trial's true end."""
+        """Tell Optuna (once) and record the trial's true end, both under the run lock:
+        another orchestrator of the study reconciles folders under it (sweeps.run.reconcile),
+        and between the two it would take this trial for one whose end was never recorded,
+        repair its folder itself and remove the temporary file of the write in progress
+        here (which then failed, ending this orchestrator)."""
         state = status["state"] if status else FAILED
         study = self.studies[point.label]
         with self.lock:
             value, told = outcomes.tell_once(
                 study, self.storage, trial_id, state, status, folder, self.cfg.objective.kind
             )
+            outcomes.record_end(folder, record, state, value, error, self.cfg.keep_checkpoints)
         self.told += told
-        outcomes.record_end(folder, record, state, value, error, self.cfg.keep_checkpoints)
 
     # ------------------------------------------------------------- adopt
     def _adopt(self) -> None:
