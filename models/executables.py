@@ -20,8 +20,8 @@ is named by a hash of
 - JAX, jaxlib, Flax and Optax versions, the platform, every device, ``XLA_FLAGS`` and
   ``LIBTPU_INIT_ARGS``, and JAX's configuration (but for the settings of caches, logs and
   dumps, which change no program). On CPU, where devices are virtual and their number a
-  flag (``--xla_force_host_platform_device_count``), neither that flag nor the number of
-  devices counts: the devices a program runs on are part of its layout.
+  flag (``--xla_force_host_platform_device_count``) or a setting (``jax_num_cpu_devices``),
+  neither of them nor the number of devices counts: the devices a program runs on are part of its layout.
 
 Anything else is a miss: the program is traced and compiled (with the persistent cache off:
 an executable that cache loaded cannot be saved again, see `_compile_fresh`; the file saved
@@ -72,8 +72,9 @@ _INERT_SETTINGS = (
     "include_debug_info",
 )
 
-# The flag that gives a CPU process its number of (virtual) devices
+# The flag and JAX's setting that give a CPU process its number of (virtual) devices
 _HOST_DEVICE_COUNT = "--xla_force_host_platform_device_count"
+_CPU_DEVICE_COUNT_SETTINGS = ("jax_num_cpu_devices",)
 
 _directory: Path | None = None
 
@@ -147,17 +148,19 @@ def _environment_fingerprint() -> str:
     import optax
 
     backend = jax.devices()[0].client
+    on_cpu = backend.platform == "cpu"
+    # A process's CPU devices are virtual, as many as a flag or JAX's setting asks for: a
+    # program does not depend on how many there are beside the ones it runs on (named in its
+    # layout), so a 1-device program compiled where 4 were made serves a 1-device process.
+    count_settings = _CPU_DEVICE_COUNT_SETTINGS if on_cpu else ()
     settings = sorted(
         (name, repr(value))
         for name, value in jax.config.values.items()
-        if not any(word in name for word in _INERT_SETTINGS)
+        if not any(word in name for word in _INERT_SETTINGS) and name not in count_settings
     )
     flags = os.environ.get("XLA_FLAGS", "")
     devices = repr([(d.id, d.device_kind, d.process_index) for d in jax.devices()])
-    if backend.platform == "cpu":
-        # A process's CPU devices are virtual, as many as a flag asks for: a program does
-        # not depend on how many there are beside the ones it runs on (named in its layout),
-        # so a 1-device program compiled where the flag made 4 serves a 1-device process.
+    if on_cpu:
         flags = " ".join(f for f in flags.split() if not f.startswith(_HOST_DEVICE_COUNT))
         devices = repr(sorted({(d.device_kind, d.process_index) for d in jax.devices()}))
     parts = [

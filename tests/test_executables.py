@@ -139,10 +139,20 @@ def test_processes_that_need_one_program_at_once_compile_it_once(tmp_path: Path)
     assert outs[0][0] == outs[1][0]  # the same numbers from a loaded program
 
 
+def _cpu_devices(devices: int | None, how: str) -> dict[str, str]:
+    """The environment that gives a process ``devices`` CPU devices (one when None), by XLA's
+    flag or by JAX's setting."""
+    if how == "flag" or devices is None:
+        return {"XLA_FLAGS": xla_flags(devices)}
+    return {"XLA_FLAGS": xla_flags(), "JAX_NUM_CPU_DEVICES": str(devices)}
+
+
+@pytest.mark.parametrize("how", ["flag", "setting"])
 def test_a_program_compiled_beside_other_cpu_devices_serves_a_one_device_process(
-    tmp_path: Path,
+    tmp_path: Path, how: str
 ) -> None:
-    """A process with 4 virtual CPU devices (the tests' own) compiles a 1-device program;
+    """A process with 4 virtual CPU devices (made by XLA's flag, as in the tests' own, or by
+    JAX's setting) compiles a 1-device program;
     a process with one device (a trial's) loads it (nothing compiled) and gets the same
     numbers. Both are new processes, so nothing else (a JAX setting another test changed in
     this one) tells them apart."""
@@ -152,7 +162,7 @@ def test_a_program_compiled_beside_other_cpu_devices_serves_a_one_device_process
     for devices in (4, None):
         run = subprocess.run(
             [sys.executable, "-c", _AT_ONCE, tests, str(tmp_path), str(devices)],
-            env={**user_env(), "XLA_FLAGS": xla_flags(devices)},
+            env={**user_env(), **_cpu_devices(devices, how)},
             capture_output=True,
             text=True,
             timeout=300,
