@@ -371,6 +371,30 @@ def test_a_csv_rewritten_in_place_with_a_new_column_repeats_no_record(tmp_path: 
     assert source.read_new() == [{"step": 9, "epoch": 0.0, "train_loss": 4.0}]
 
 
+def test_a_resumed_runs_csv_started_again_as_long_as_before_is_read_whole(
+    tmp_path: Path,
+) -> None:
+    """A trial resumed from its checkpoint at step 10: the new job finds the killed run's
+    file, then Lightning's CSVLogger starts it again with the same header and rows of later
+    steps — as long as before or longer, so neither a new inode nor a shorter file says so
+    (seen in CI: the eval at step 20 was never recorded)."""
+    from stepscale.sweeps.trainers.output_sources import FileSource
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,train_loss,val_loss\n0,9,3.8715,\n0,9,,3.7677\n")
+    source = FileSource(read_metrics({"source": "metrics.csv", "format": "csv"}), path)
+    assert source.read_new() == []  # the earlier run's rows: already recorded
+    with open(path, "r+") as f:  # rewritten in place (the same inode), a little longer
+        f.write("epoch,step,train_loss,val_loss\n0,19,3.4244,\n0,19,,3.1981\n")
+    assert source.read_new() == [
+        {"step": 19, "epoch": 0.0, "train_loss": 3.4244},
+        {"step": 19, "epoch": 0.0, "val_loss": 3.1981},
+    ]
+    with open(path, "a") as f:
+        f.write("0,29,3.1179,\n")
+    assert source.read_new() == [{"step": 29, "epoch": 0.0, "train_loss": 3.1179}]
+
+
 # ------------------------------------------------------------- inside a trial's job
 
 RESETTING = """import sys, time

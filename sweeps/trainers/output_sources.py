@@ -28,6 +28,7 @@ from stepscale.sweeps.trainers.structured_sources import (
 
 CHUNK = 65536
 READ_LIMIT = 4 * 1024 * 1024  # bytes of a followed file read at one poll: memory stays bounded
+_SEAM_BYTES = 64  # the bytes before the offset compared at each poll (`FileSource._rewritten`)
 
 
 class JsonlSource:
@@ -130,6 +131,10 @@ class FileSource:
         self.offset = 0
         self.inode: int | None = None
         self.head = b""  # the file's first line: a file rewritten whole changes it
+        # the last bytes read, just before the offset: a file rewritten whole with the same
+        # first line (a run resumed from a checkpoint whose logger starts its file again)
+        # changes them, even when it is as long as before
+        self.seam = b""
         self.replay = Replay()
         try:
             st = os.stat(path)
@@ -146,6 +151,8 @@ class FileSource:
         writes them again is known to repeat them."""
         with open(self.path, "rb") as f:
             data = f.read(min(self.offset, READ_LIMIT))
+            f.seek(max(self.offset - _SEAM_BYTES, 0))
+            self.seam = f.read(self.offset - f.tell())
         self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
         earlier = self.make_stream()
         earlier.checker.check = lambda *a: None  # type: ignore[method-assign]
@@ -154,13 +161,17 @@ class FileSource:
         self.stream.format = earlier.format
 
     def _rewritten(self) -> bool:
-        """Was the file rewritten whole in place (its first line changed), as a logger that
-        adds a column does (Lightning's CSVLogger)?"""
+        """Was the file rewritten whole in place: its first line changed (a logger that adds a
+        column, Lightning's CSVLogger), or the bytes just before where reading stopped (the
+        same logger starting its file again in a resumed run, as long as before or longer)?"""
         if not self.head:
             return False
         try:
             with open(self.path, "rb") as f:
-                return f.read(len(self.head)) != self.head
+                if f.read(len(self.head)) != self.head:
+                    return True
+                f.seek(self.offset - len(self.seam))
+                return f.read(len(self.seam)) != self.seam
         except OSError:
             return False
 
@@ -185,7 +196,9 @@ class FileSource:
         data, _ = _split_utf8(data)
         if self.offset == 0:
             self.head = data.split(b"\n", 1)[0] + b"\n" if b"\n" in data else b""
+            self.seam = b""
         self.offset += len(data)
+        self.seam = (self.seam + data)[-_SEAM_BYTES:]
         return self.replay.new(self.stream.feed(data.decode("utf-8", errors="replace")))
 
     def finish(self) -> None:
