@@ -96,7 +96,15 @@ def print_plan(plan: dict[str, Any], run_dir: Path, storage: StorageSpec) -> Non
     )
     print(f"  run dir {run_dir}, storage {storage.display()}")
     if plan.get("transfer"):
-        print("  transfer between points: each point after the two ends starts from a prediction")
+        print(
+            "  transfer between points: the smallest and middle batch sizes of each group are "
+            "tuned first, the others start from a prediction"
+        )
+    if plan.get("transfer_across_rungs"):
+        print(
+            "  transfer across rungs: only the first rung searches the declared ranges; a later "
+            "rung's first batch sizes start from the η* law of the rungs before it"
+        )
     adaptive = plan.get("adaptive")
     if adaptive:
         print(

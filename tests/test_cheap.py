@@ -341,6 +341,9 @@ def test_transfer_and_deadline_settings_are_checked(capsys: pytest.CaptureFixtur
         == 2
     )
     assert "sampler.transfer_width: must be > 1" in capsys.readouterr().err
+    bracket = ["run", "conf=smoke", "sampler.transfer=true", "sampler.transfer_bracket=0.5"]
+    assert main([*bracket, "--dry-run"]) == 2
+    assert "sampler.transfer_bracket: 0 (off) or a factor > 1" in capsys.readouterr().err
     assert (
         main(["run", "conf=smoke", "sampler.transfer=true", "sampler.name=grid", "--dry-run"]) == 2
     )

@@ -510,6 +510,18 @@ def _not_determined(held: tuple[float, float], n_fit: int, why: str) -> HoldoutC
     )  # fmt: skip
 
 
+def _nearest_in_d(rungs: Sequence[RungOptimum], to: RungOptimum) -> RungOptimum:
+    """The rung nearest ``to`` in log D, then in log N (ties: the larger compute)."""
+    return min(
+        rungs,
+        key=lambda o: (
+            round(abs(math.log(o.d / to.d)), 9),
+            round(abs(math.log(o.n / to.n)), 9),
+            -o.n * o.d,
+        ),
+    )
+
+
 def holdout_check(
     trials: LadderTrials,
     *,
@@ -560,8 +572,10 @@ def holdout_check(
     b_pred = b_law.predict(**{a: at[a] for a in b_law.regressors}) if b_law else None
     l_law = laws.laws.get("loss")
     l_pred = l_law.predict(**{a: at[a] for a in l_law.regressors}) if l_law else None
-    # without a B_opt law, the largest fitted rung's B_opt (never the held-out rung's own)
-    b_use = b_pred.value if b_pred is not None else rest[-1].b_opt
+    # Without a B_opt law (B_opt at an end of the grid on too many rungs), the B_opt of the
+    # fitted rung nearest in D, then in N: B_opt depends on the data, hardly on the model
+    # (StepFun 2025; Bergsma et al. 2025). Never the held-out rung's own.
+    b_use = b_pred.value if b_pred is not None else _nearest_in_d(rest, target).b_opt
     loss_pred, ext = loss_at(trials, target.n, target.d, b_use, lr_pred.value)
     smallest = optima[0]
     loss_small, _ = loss_at(trials, target.n, target.d, smallest.b_opt, smallest.lr_opt)

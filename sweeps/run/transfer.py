@@ -23,6 +23,18 @@ that learned nothing would be noise); the study's answer is then "not trained" i
 the anchors. No other point of the group has started by then (they wait for the anchors), so
 this is the same at any parallelism. Recorded in ``transfer.json`` under ``not_learning``.
 
+Across rungs (a ladder: scientific axes of ``quantity: model_size`` or ``horizon_tokens``
+beside the batch size): the groups that differ only in those axes are *rungs*, tuned in
+the order of :func:`stepscale.analysis.fits.rung_transfer.rung_order` (the smallest model at
+the shortest horizon first). A later rung's anchors are not tuned from scratch: each waits
+until the same batch size has finished on every rung before it, and starts from the η* law
+fitted across those rungs (:func:`~stepscale.analysis.fits.rung_transfer.predict_across_rungs`),
+narrowed like any prediction. The first rung's anchors use the declared ranges.
+
+Bracket (``sampler.transfer_bracket`` = f > 1): the predicted LR is enqueued with η̂/f and
+η̂·f beside it (inside the narrowed range), so the point's first trials already bracket its
+optimum and the local parabola of the analysis is determined however few trials follow.
+
 Narrowing: the LR range of a predicted point becomes [η̂/w, η̂·w] within the declared
 range, w = max(``sampler.transfer_width``, exp(2·sd)) where sd is the residual standard
 deviation of log η* about one power law over the tuned points (so a law that fits badly
@@ -50,13 +62,14 @@ from stepscale.rundir import (
 )
 from stepscale.sweeps.job.no_progress import NO_PROGRESS
 from stepscale.sweeps.run.adaptive import AdaptiveRun, point_finished
-from stepscale.sweeps.study.axes import batch_alias, lr_alias
+from stepscale.sweeps.study.axes import batch_alias, ladder_axes, lr_alias
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Nuisance, Point, SearchSpace
 from stepscale.sweeps.study.trials import now_iso
 
 if TYPE_CHECKING:
-    from stepscale.analysis.fits.transfer import Prediction
+    from stepscale.analysis.fits.rung_transfer import RungPrediction
+    from stepscale.analysis.fits.transfer import Prediction, TrialObservation
 
 SCHEMA = "stepscale.transfer/v1"
 TrialsOf = Callable[[Point], list[FrozenTrial]]
@@ -74,6 +87,8 @@ class TransferRun:
         self.run_dir = run_dir
         self.file = run_dir / TRANSFER_JSON
         self._ranges: dict[str, dict[str, list[float]]] = {}
+        self.ladder = ladder_axes(cfg)
+        self._across: dict[str, list[Point]] | None = None
 
     @classmethod
     def of(cls, cfg: StudyConfig, run_dir: Path) -> TransferRun | None:
@@ -83,6 +98,42 @@ class TransferRun:
     # ------------------------------------------------------------------ order
     def _group(self, point: Point) -> tuple[tuple[str, str], ...]:
         return tuple((k, repr(v)) for k, v in point.values.items() if k != self.batch)
+
+    def _rung(self, point: Point) -> dict[str, float]:
+        return {k: float(point.values[k]) for k in self.ladder}
+
+    def across(self, points: tuple[Point, ...], point: Point) -> list[Point]:
+        """The points ``point`` is predicted from across rungs: the same batch size (and every
+        other value but the ladder's axes) on the rungs before its own in
+        `rung_order`; empty when the study is not a ladder or ``point`` is not an anchor."""
+        return self._across_map(points).get(point.label, [])
+
+    def _across_map(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
+        if self._across is not None:
+            return self._across
+        self._across = {}
+        if not self.ladder:
+            return self._across
+        from stepscale.analysis.fits.rung_transfer import rung_order
+
+        orders = self.orders(points)
+        families: dict[tuple[tuple[str, str], ...], list[Point]] = {}
+        for p in points:
+            key = tuple((k, repr(v)) for k, v in p.values.items() if k not in self.ladder)
+            families.setdefault(key, []).append(p)
+        for members in families.values():
+            rungs = sorted({tuple(self._rung(p).values()) for p in members})
+            place = {rungs[i]: k for k, i in enumerate(rung_order(rungs))}
+
+            def place_of(q: Point, place: dict[tuple[float, ...], int] = place) -> int:
+                return place[tuple(self._rung(q).values())]
+
+            for p in members:
+                if [q.label for q in orders[p.label]].index(p.label) >= 2:
+                    continue  # predicted within its rung, from its anchors
+                earlier = [q for q in members if place_of(q) < place_of(p)]
+                self._across[p.label] = sorted(earlier, key=place_of)
+        return self._across
 
     def orders(self, points: tuple[Point, ...]) -> dict[str, list[Point]]:
         """Point label → the points of its group in transfer order (computed once for
@@ -126,6 +177,7 @@ class TransferRun:
         orders = self.orders(points)
         rank = {label: [p.label for p in ranked].index(label) for label, ranked in orders.items()}
         skipped = self.not_learning(points, trials_of)
+        self._across_map(points)
         return {
             "order": lambda p: rank[p.label],
             "ready": lambda p: (
@@ -168,14 +220,19 @@ class TransferRun:
 
     def ready(self, points: tuple[Point, ...], point: Point, trials_of: TrialsOf) -> bool:
         """Whether ``point`` may be served: it has started already, is an anchor, or every
-        point before it in its group's order has finished."""
+        point before it in its group's order has finished (an anchor of a later rung: once
+        the points it is predicted from across rungs have)."""
+        self._across_map(points)
         return self._ready(self.orders(points)[point.label], point, trials_of)
 
     def _ready(self, ranked: list[Point], point: Point, trials_of: TrialsOf) -> bool:
         if any(t.state != TrialState.WAITING for t in trials_of(point)):
             return True
         i = [p.label for p in ranked].index(point.label)
-        return i < 2 or all(point_finished(trials_of(p), self.cfg) for p in ranked[:i])
+        if i < 2:  # an anchor: on a later rung, once the earlier rungs have this batch size
+            before = (self._across or {}).get(point.label, [])
+            return all(point_finished(trials_of(p), self.cfg) for p in before)
+        return all(point_finished(trials_of(p), self.cfg) for p in ranked[:i])
 
     # ------------------------------------------------------------------ the record
     def _record(self) -> dict[str, Any]:
@@ -221,9 +278,15 @@ class TransferRun:
         sources = [
             p for p in ranked if p.label != point.label and point_finished(trials_of(p), self.cfg)
         ]
-        prediction = None
+        prediction: Prediction | RungPrediction | None = None
+        across = [
+            p for p in self.across(space.points, point) if point_finished(trials_of(p), self.cfg)
+        ]
         if rank >= 2 and sources:
             prediction = self._predict(space, point, sources, trials_of)
+        elif rank < 2 and across:
+            prediction = self._predict_across(space, point, across, trials_of)
+            entry["across_rungs"] = [p.label for p in across]
         if prediction is None:
             entry["prediction"] = None
             entry["reason"] = (
@@ -235,6 +298,7 @@ class TransferRun:
             nuisance = {n.name: n for n in space.nuisance[point.label]}
             width = self.cfg.sampler.transfer_width
             lr = nuisance.get(self.lr) if self.lr is not None else None
+            bracket: list[float] = []
             if lr is not None and lr.step is None and self.lr in prediction.values:
                 sd = prediction.log_sd
                 w = max(width, math.exp(2 * sd)) if math.isfinite(sd) else width
@@ -244,6 +308,9 @@ class TransferRun:
                 low, high = max(n.low, eta / w), min(n.high, eta * w)
                 entry["ranges"][n.optuna_name] = [low, high]
                 entry["lr_width"] = w
+                f = self.cfg.sampler.transfer_bracket
+                if f > 1 and n.scale != "reverse_log":
+                    bracket = [min(max(eta / f, low), high), min(max(eta * f, low), high)]
             params = {
                 nuisance[k].optuna_name: _sampled(nuisance[k], v, entry["ranges"])
                 for k, v in prediction.values.items()
@@ -252,27 +319,59 @@ class TransferRun:
             entry["prediction"] = prediction.to_dict()
             entry["enqueued"] = params
             study.enqueue_trial(params, user_attrs={"kind": "tune", "transfer": True})
+            if bracket and lr is not None:
+                name = lr.optuna_name
+                others = [v for v in bracket if v != params.get(name)]
+                entry["bracket"] = others
+                for v in others:
+                    study.enqueue_trial(
+                        params | {name: v}, user_attrs={"kind": "tune", "transfer": True}
+                    )
         rec["points"][point.label] = entry
         write_json_atomic(self.file, rec)
+
+    def _observations(
+        self, space: SearchSpace, label: str, batch: float, trials: list[FrozenTrial]
+    ) -> list[TrialObservation]:
+        from stepscale.analysis.fits.transfer import TrialObservation
+
+        obs = []
+        for t in trials:
+            if t.user_attrs.get("kind", "tune") != "tune" or t.state != TrialState.COMPLETE:
+                continue
+            ok = t.user_attrs.get("state") != DIVERGED and t.value is not None
+            obs.append(
+                TrialObservation(
+                    batch=batch,
+                    values=space.trainer_values(label, t.params),
+                    objective=float(t.value) if ok else math.nan,  # type: ignore[arg-type]
+                )
+            )
+        return obs
+
+    def _predict_across(
+        self, space: SearchSpace, point: Point, sources: list[Point], trials_of: TrialsOf
+    ) -> RungPrediction | None:
+        from stepscale.analysis.fits.rung_transfer import RungSource, predict_across_rungs
+
+        batch = float(point.values[self.batch])
+        rungs = [
+            RungSource(self._rung(p), self._observations(space, p.label, batch, trials_of(p)))
+            for p in sources
+        ]
+        names = [n.name for n in space.nuisance[point.label]]
+        return predict_across_rungs(rungs, self._rung(point), batch, names, lr_name=self.lr)
 
     def _predict(
         self, space: SearchSpace, point: Point, sources: list[Point], trials_of: TrialsOf
     ) -> Prediction | None:
-        from stepscale.analysis.fits.transfer import TrialObservation, predict_nuisance
+        from stepscale.analysis.fits.transfer import predict_nuisance
 
-        obs = []
-        for p in sources:
-            for t in trials_of(p):
-                if t.user_attrs.get("kind", "tune") != "tune" or t.state != TrialState.COMPLETE:
-                    continue
-                ok = t.user_attrs.get("state") != DIVERGED and t.value is not None
-                obs.append(
-                    TrialObservation(
-                        batch=float(p.values[self.batch]),
-                        values=space.trainer_values(p.label, t.params),
-                        objective=float(t.value) if ok else math.nan,  # type: ignore[arg-type]
-                    )
-                )
+        obs = [
+            o
+            for p in sources
+            for o in self._observations(space, p.label, float(p.values[self.batch]), trials_of(p))
+        ]
         names = [n.name for n in space.nuisance[point.label]]
         return predict_nuisance(obs, float(point.values[self.batch]), names, lr_name=self.lr)
 

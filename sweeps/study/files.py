@@ -60,6 +60,8 @@ def fingerprint(cfg: StudyConfig) -> dict[str, Any]:
     if not tree["sampler"].get("transfer"):
         tree["sampler"].pop("transfer", None)
         tree["sampler"].pop("transfer_width", None)
+    if not tree["sampler"].get("transfer_bracket"):
+        tree["sampler"].pop("transfer_bracket", None)  # off: studies from before it have no key
     if tree["sampler"].get("lag") == 1:
         tree["sampler"].pop("lag", None)  # the default: studies from before it have no key
     if tree["pruner"].get("name") != "deadline":

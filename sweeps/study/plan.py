@@ -12,6 +12,7 @@ from typing import Any
 
 from stepscale.errors import UsageError
 from stepscale.rundir import EXAMPLES, SEQUENCES
+from stepscale.sweeps.study.axes import ladder_axes
 from stepscale.sweeps.study.schema import StudyConfig
 from stepscale.sweeps.study.space import Point, SearchSpace
 from stepscale.sweeps.study.trials import trial_config
@@ -181,6 +182,7 @@ def plan_summary(
         "launcher": cfg.launcher.name,
         "parallelism": cfg.parallelism,
         "transfer": cfg.sampler.transfer,
+        "transfer_across_rungs": cfg.sampler.transfer and bool(ladder_axes(cfg)),
         "adaptive": _adaptive_plan(cfg, space, sizes, trials),
     }
 

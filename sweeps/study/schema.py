@@ -168,6 +168,9 @@ class SamplerConfig:
     # factor transfer_width either side of the prediction (never outside the declared range).
     transfer: bool = False
     transfer_width: float = 3.0
+    # > 1: the predicted LR is enqueued with η̂/f and η̂·f beside it (inside the narrowed
+    # range), so a point's first trials bracket its optimum; 0: the prediction alone.
+    transfer_bracket: float = 0.0
 
 
 @dataclass

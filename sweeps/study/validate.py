@@ -172,6 +172,12 @@ def check_transfer(cfg: StudyConfig) -> None:
             f"sampler.transfer_width: must be > 1 (the narrowed LR range spans this factor "
             f"either side of the prediction), got {cfg.sampler.transfer_width}"
         )
+    f = cfg.sampler.transfer_bracket
+    if not (f == 0 or (math.isfinite(f) and f > 1)):
+        raise UsageError(
+            f"sampler.transfer_bracket: 0 (off) or a factor > 1 (the LRs enqueued either side "
+            f"of the prediction), got {f}"
+        )
     if cfg.sampler.name == "grid":
         raise UsageError(
             "sampler.transfer: not with sampler=grid (a predicted value and a narrowed range "
