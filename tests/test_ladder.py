@@ -360,6 +360,8 @@ TINY = [
     "budget.trials_per_point=4",
     "nuisance.eta.low=0.01",
     "nuisance.eta.high=0.1",
+    "sampler.transfer=true",  # across batch sizes and rungs, through the real scheduler
+    "sampler.transfer_bracket=2",
 ]
 
 
@@ -380,6 +382,11 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     ladder = fits["ladder"]
     assert len(ladder["rungs"]) == 4 and ladder["holdout"]["verdict"] == "predicted"
     assert "Has it predicted? Yes" in (run / "report" / "report.md").read_text()
+    # Tuned across rungs: the last rung's anchors started from the law of the three before it.
+    transfer = json.loads((run / "transfer.json").read_text())["points"]
+    last = transfer["params=400000,horizon=8000000,batch=16"]
+    assert len(last["across_rungs"]) == 3 and len(last["bracket"]) == 2
+    assert "tuned across its rungs" in (run / "report" / "report.md").read_text()
     pred = run_sweep(
         "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
     )

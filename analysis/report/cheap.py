@@ -150,16 +150,29 @@ def transfer_section(record: Mapping[str, Any] | None) -> list[Block]:
             f"{k} ∈ [{num(lo)}, {num(hi)}]" for k, (lo, hi) in (e.get("ranges") or {}).items()
         )
         how = "; ".join(f"{k}: {v}" for k, v in (pred.get("how") or {}).items())
+        if e.get("bracket"):
+            values += " (then " + ", ".join(num(v) for v in e["bracket"]) + ")"
         rows.append([label, str(e.get("rank")), values, ranges or "declared", how])
+    across = any(e.get("across_rungs") for e in points.values())
+    text = (
+        "Each point after the two anchors (the smallest and the middle batch size, tuned from "
+        "scratch) started from the nuisance values predicted from the points already tuned "
+        "(its first trial; the largest extrapolated from them), with its LR range "
+        f"narrowed to a factor {record.get('width')} either side of the prediction "
+        "(recorded in transfer.json)."
+    )
+    if across:
+        text = (
+            "A ladder, tuned across its rungs: only the first rung's anchors (its smallest and "
+            "middle batch size) searched the declared ranges. A later rung's anchors started "
+            "from the η* law of the rungs before it at the same batch size, every other point "
+            "from its rung's anchors (the largest extrapolated from them); each prediction was "
+            "its first trial (a bracket beside it where shown), its LR range narrowed to a "
+            f"factor {record.get('width')} either side (recorded in transfer.json)."
+        )
     return [
         heading("Transfer between points"),
-        para(
-            "Each point after the two anchors (the smallest and the middle batch size, tuned from "
-            "scratch) started from the nuisance values predicted from the points already tuned "
-            "(its first trial; the largest extrapolated from them), with its LR range "
-            f"narrowed to a factor {record.get('width')} either side of the prediction "
-            "(recorded in transfer.json)."
-        ),
+        para(text),
         table(["point", "order", "first trial", "narrowed range", "how"], rows),
     ]
 
