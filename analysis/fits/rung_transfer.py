@@ -32,7 +32,7 @@ import numpy as np
 
 from stepscale.analysis.fits.lr import optimal_lr
 from stepscale.analysis.fits.records import BATCH, Record
-from stepscale.analysis.fits.transfer import TrialObservation
+from stepscale.analysis.fits.transfer import TrialObservation, fill_from_best
 
 __all__ = ["RungPrediction", "RungSource", "predict_across_rungs", "rung_order"]
 
@@ -135,11 +135,9 @@ def predict_across_rungs(
     ok = [t for t in nearest.trials if math.isfinite(t.objective)]
     best = min(ok, key=lambda t: t.objective)
     where = ", ".join(f"{k}={v:g}" for k, v in nearest.rung.items())
-    for name in names:
-        if name in values or name not in best.values:
-            continue
-        values[name] = best.values[name]
-        how[name] = f"best trial of the nearest earlier rung ({where}) at B={batch:g}"
+    fill_from_best(
+        values, how, names, best, f"best trial of the nearest earlier rung ({where}) at B={batch:g}"
+    )
     return RungPrediction(
         batch=float(batch),
         values=values,

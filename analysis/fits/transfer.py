@@ -29,7 +29,13 @@ from stepscale.analysis.fits.arrays import batch_json
 from stepscale.analysis.fits.lr import fit_lr_law, optimal_lr
 from stepscale.analysis.fits.records import BATCH, Record
 
-__all__ = ["Prediction", "TrialObservation", "predict_nuisance", "transfer_order"]
+__all__ = [
+    "Prediction",
+    "TrialObservation",
+    "fill_from_best",
+    "predict_nuisance",
+    "transfer_order",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,22 @@ class Prediction(Record):
         """η* per source batch size as rows (batch, lr)."""
         lr_opt = [{"batch": batch_json(b), "lr": v} for b, v in self.lr_opt.items()]
         return fields | {"lr_opt": lr_opt}
+
+
+def fill_from_best(
+    values: dict[str, Any],
+    how: dict[str, str],
+    names: Sequence[str],
+    best: TrialObservation | None,
+    why: str,
+) -> None:
+    """Each of ``names`` not predicted yet takes its value in ``best`` (a source's best
+    trial), ``why`` saying where that came from."""
+    for name in names:
+        if name in values or best is None or name not in best.values:
+            continue
+        values[name] = best.values[name]
+        how[name] = why
 
 
 def _best_trial(trials: Sequence[TrialObservation]) -> TrialObservation | None:
@@ -143,11 +165,8 @@ def predict_nuisance(
     x = math.log(batch)
     nearest = min(sources, key=lambda b: (abs(math.log(b) - x), b))
     best = _best_trial([t for t in trials if t.batch == nearest])
-    for name in names:
-        if name in values or best is None or name not in best.values:
-            continue
-        values[name] = best.values[name]
-        how[name] = f"best trial at the nearest tuned batch size B={batch_json(nearest)}"
+    why = f"best trial at the nearest tuned batch size B={batch_json(nearest)}"
+    fill_from_best(values, how, names, best, why)
     return Prediction(
         batch=float(batch),
         values=values,
