@@ -350,6 +350,35 @@ def test_a_later_rungs_anchors_wait_for_the_earlier_rungs_and_start_from_their_l
     assert len(last["across_rungs"]) == 3
 
 
+def test_a_bracket_never_enqueues_more_trials_than_a_point_has(tmp_path: Path) -> None:
+    cfg = StudyConfig(name="t")
+    cfg.scientific = {"batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256])}
+    cfg.nuisance = {"lr": NuisanceParam(path="optimizer.lr", low=1e-5, high=1.0, scale="log")}
+    cfg.budget.trials_per_point = 2
+    cfg.sampler.transfer = True
+    cfg.sampler.transfer_bracket = 2.0
+    space = build_space(cfg, known=None)
+    storage = optuna.storages.InMemoryStorage()
+    studies = {
+        p.label: optuna.create_study(storage=storage, study_name=p.label) for p in space.points
+    }
+    b16, b64, b256 = space.points
+    for p in (b16, b64):
+        for mult in (0.5, 2.0):
+            studies[p.label].add_trial(
+                optuna.trial.create_trial(
+                    params={"lr": 1e-3 * mult},
+                    distributions=space.distributions(p.label),
+                    value=1 + math.log(mult) ** 2,
+                    user_attrs={"kind": "tune", "state": "complete"},
+                )
+            )
+    run = TransferRun(cfg, tmp_path)
+    run.start(space, b256, studies[b256.label], lambda p: studies[p.label].get_trials(), tmp_path)
+    waiting = studies[b256.label].get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(waiting) == 2  # the prediction and one side of its bracket: the point's 2 trials
+
+
 # ------------------------------------------------------------------ end to end (slow)
 
 TINY = [

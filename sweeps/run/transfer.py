@@ -321,7 +321,10 @@ class TransferRun:
             study.enqueue_trial(params, user_attrs={"kind": "tune", "transfer": True})
             if bracket and lr is not None:
                 name = lr.optuna_name
-                others = [v for v in bracket if v != params.get(name)]
+                # distinct from the prediction and each other, and never more trials than
+                # the point has (a waiting trial left over would keep it from finishing)
+                room = max(0, self.cfg.budget.trials_per_point - 1)
+                others = [v for v in dict.fromkeys(bracket) if v != params.get(name)][:room]
                 entry["bracket"] = others
                 for v in others:
                     study.enqueue_trial(
