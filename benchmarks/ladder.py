@@ -22,7 +22,7 @@ Acceptance (issue 42) on the text ladder over ≥ 3 seeds: the held-out η* with
 less regret than reusing the smallest rung's settings. Prints one JSON document with the
 machine's load average. A run dir that exists is resumed (a finished one is read).
 
-    python benchmarks/ladder.py --task text --seeds 3 [--quick] [--work DIR]
+    python benchmarks/ladder.py --task text --seeds 3 [--first-seed S] [--quick] [--work DIR]
     python benchmarks/ladder.py --task synthetic --seeds 10
     python benchmarks/ladder.py --run-dirs RUN_DIR … (finished ladders, one per seed)
 """
@@ -175,6 +175,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", choices=("text", "synthetic"), default="synthetic")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first … first + seeds − 1")
     ap.add_argument("--quick", action="store_true", help="text: ladder_shakespeare_quick")
     ap.add_argument("--work", type=Path, default=None, help="keep the run dirs here (resumes)")
     ap.add_argument("--n-boot", type=int, default=300)
@@ -195,9 +196,10 @@ def main() -> None:
     walls = []
     load_before = _load()
     runs = args.run_dirs or []
-    for seed in range(len(runs) if runs else args.seeds):
+    seeds = range(len(runs)) if runs else range(args.first_seed, args.first_seed + args.seeds)
+    for i, seed in enumerate(seeds):
         if runs:
-            t, numbers = read_ladder(runs[seed])
+            t, numbers = read_ladder(runs[i])
         elif args.task == "text":
             t, numbers, wall = text_ladder(seed, work, args.quick)
             walls.append(wall)

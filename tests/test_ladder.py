@@ -112,6 +112,12 @@ def test_holdout_says_no_when_the_held_rung_breaks_the_law(trials: LadderTrials)
     check = holdout_check(replace(trials, lr=moved), n_boot=200)
     assert check.verdict == "not predicted"
     assert any("η* off by a factor" in r for r in check.reasons)
+    # the laws never see the held-out rung's trials, not even through the η*(B) slope: tilt
+    # its η*(B) (B^1 instead of B^0) and they stay the same
+    tilted = np.where(big, trials.lr * (trials.b / 64.0), trials.lr)
+    laws = [holdout_check(replace(trials, lr=lr), n_boot=200).laws for lr in (trials.lr, tilted)]
+    assert laws[0] is not None and laws[1] is not None
+    assert laws[0].laws["lr"].exponents == laws[1].laws["lr"].exponents
 
 
 def test_bcrit_depends_on_d_not_n_is_shown_on_a_known_table() -> None:
@@ -261,6 +267,35 @@ def test_without_a_b_opt_law_the_held_out_rung_is_checked_at_the_b_opt_of_its_ho
     assert "batch" not in check.laws.laws and "at an end" in check.laws.skipped["batch"]
     assert not rung_optima(t)[-1].b_at_edge  # the held-out rung's own B_opt is interior
     assert check.regret < 0.005
+
+
+def test_a_rungs_eta_star_pools_its_batch_sizes_along_one_slope() -> None:
+    # η* grows as B^0.5 at every rung (η*(N, D) is the law's at B_opt). With noise 0.02 on a
+    # loss whose LR penalty is 0.05·ln², one batch size's 5 trials place η* within ~12% rms
+    # (the η* of B_opt alone: 0.11 in log over these 5 ladders); the rung's line through all
+    # its batch sizes, one slope for the ladder, within 8% (0.06).
+    gamma = 0.5
+
+    def eta(n: float, d: float, b: float) -> float:
+        return LAW.lr_opt(n, d) * (b / LAW.batch_opt(d)) ** gamma
+
+    errors, slopes = [], []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        rows = []
+        for n, d in itertools.product(NS, DS):
+            b_opt = LAW.batch_opt(d)
+            for b in b_opt * 2.0 ** np.arange(-2, 3):
+                for f in np.exp(np.linspace(-1.2, 1.2, 5) + rng.uniform(-0.3, 0.3)):
+                    lr = eta(n, d, b) * f
+                    loss = final_loss(LAW, n, d, b, lr * (b / b_opt) ** -gamma)
+                    rows.append((n, d, b, lr, loss + rng.normal(0, 0.02)))
+        optima = rung_optima(LadderTrials.of(*np.array(rows).T))
+        slopes.append(optima[0].lr_slope)
+        assert all(o.lr_batches == 5 and o.lr_slope == slopes[-1] for o in optima)
+        errors += [math.log(o.lr_opt / eta(o.n, o.d, o.b_opt)) for o in optima]
+    assert np.allclose(slopes, gamma, atol=0.05), slopes
+    assert float(np.sqrt(np.mean(np.square(errors)))) < 0.08
 
 
 # ------------------------------------------------------------------ transfer across rungs
@@ -415,7 +450,8 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     transfer = json.loads((run / "transfer.json").read_text())["points"]
     last = transfer["params=400000,horizon=8000000,batch=16"]
     assert len(last["across_rungs"]) == 3 and len(last["bracket"]) == 2
-    assert "tuned across its rungs" in (run / "report" / "report.md").read_text()
+    md = (run / "report" / "report.md").read_text()
+    assert "tuned across its rungs" in md and "read off its η*(B) line" in md
     pred = run_sweep(
         "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
     )

@@ -8,8 +8,11 @@ for D tokens, at some batch size B and learning rate η. Its optimum:
 - **B_opt(N, D)**: the batch size of lowest final loss at the rung's token budget
   (StepFun 2025, DeepSeek 2024), refined by a parabola in log B through the best batch
   size and its two neighbours when it is not at an end of the grid;
-- **η*(N, D)**: the learning rate of lowest loss at that batch size, refined by a local
-  parabola in log η through the best trials;
+- **η*(N, D)**: the learning rate of lowest loss at B_opt, read off the rung's η*(B) line:
+  each batch size's η* (a local parabola in log η through its best trials), log η* linear
+  in log B with one slope for the whole ladder (η* ∝ B^γ), the rung's intercept the mean
+  over its batch sizes, evaluated at B_opt. One batch size's handful of trials places η*
+  within a factor ~1.4 in a flat landscape; the line uses every trial of the rung;
 - **L*(N, D)**: the lowest final loss of the rung;
 - **B_crit(N, D)** (Zhang et al. 2024): from the steps each batch size needs to reach a
   target, S(B) = S_min(1 + B_crit/B), where the target at horizon D is the loss the
@@ -108,6 +111,8 @@ class RungOptimum(Record):
     best_loss_by_batch: tuple[float, ...]
     b_crit: float = math.nan
     target: float = math.nan
+    lr_slope: float = 0.0  # γ of the ladder's η* ∝ B^γ (the same for every rung)
+    lr_batches: int = 1  # the batch sizes whose η* the rung's η* pools
 
 
 def _vertex(x: np.ndarray, y: np.ndarray, beyond: float = 0.0) -> float | None:
@@ -138,33 +143,72 @@ def _best_lr(lr: np.ndarray, loss: np.ndarray) -> tuple[float, bool]:
     return (math.exp(v) if v is not None else float(lr[i])), edge
 
 
+def _lr_slope(per_batch: Sequence[Sequence[tuple[float, float, bool]]]) -> float:
+    """γ of log η* = α_rung + γ·log B, by least squares within rungs (each rung's own
+    intercept: the fixed-effects slope), over each rung's `_pooled` points; 0 when no rung
+    has two batch sizes."""
+    sxy = sxx = 0.0
+    for points in per_batch:
+        use = _pooled(points)
+        if len(use) < 2:
+            continue
+        x = np.log([b for b, _, _ in use])
+        y = np.log([lr for _, lr, _ in use])
+        sxy += float(((x - x.mean()) * (y - y.mean())).sum())
+        sxx += float(((x - x.mean()) ** 2).sum())
+    return sxy / sxx if sxx > 0 else 0.0
+
+
+def _pooled(points: Sequence[tuple[float, float, bool]]) -> list[tuple[float, float, bool]]:
+    """A rung's (batch, η*, at an end) points that its η* pools: those whose η* is not at
+    an end of the LRs tried (a bound, not an optimum), or all of them when fewer than two
+    are not."""
+    inner = [p for p in points if not p[2]]
+    return inner if len(inner) >= 2 else list(points)
+
+
 def rung_optima(trials: LadderTrials) -> list[RungOptimum]:
-    """Each rung's optimum (`RungOptimum`), rungs by compute."""
-    out = []
+    """Each rung's optimum (`RungOptimum`), rungs by compute. η* pools the rung's batch
+    sizes along the ladder's η*(B) line (the module docstring); the slope is fitted over
+    every rung of ``trials``."""
+    rows = []
     for n, d in trials.rungs():
         m = trials.rung_mask(n, d) & np.isfinite(trials.loss)
         b, lr, loss = trials.b[m], trials.lr[m], trials.loss[m]
         grid = np.unique(b)
         best = np.array([loss[b == g].min() for g in grid])
+        points = []
+        for g in grid:
+            at = b == g
+            if np.any((lr[at] > 0) & np.isfinite(loss[at])):
+                lr_g, edge_g = _best_lr(lr[at], loss[at])
+                points.append((float(g), lr_g, edge_g))
+        rows.append((n, d, grid, best, points, int(m.sum())))
+    slope = _lr_slope([r[4] for r in rows])
+    out = []
+    for n, d, grid, best, points, count in rows:
         i = int(np.argmin(best))
         b_opt = float(grid[i])
         if 0 < i < grid.size - 1:
             v = _vertex(np.log(grid[i - 1 : i + 2]), best[i - 1 : i + 2])
             b_opt = math.exp(v) if v is not None else b_opt
-        at = b == grid[i]
-        lr_opt, lr_edge = _best_lr(lr[at], loss[at])
+        use = _pooled(points)
+        level = float(np.mean([math.log(lr) - slope * math.log(g) for g, lr, _ in use]))
+        lr_edge = next((e for g, _, e in points if g == grid[i]), False)
         out.append(
             RungOptimum(
                 n=n,
                 d=d,
                 b_opt=b_opt,
-                lr_opt=lr_opt,
+                lr_opt=math.exp(level + slope * math.log(b_opt)),
                 loss_opt=float(best.min()),
                 b_at_edge=bool(grid.size > 1 and i in (0, grid.size - 1)),
-                lr_at_edge=lr_edge,
-                n_trials=int(m.sum()),
+                lr_at_edge=bool(lr_edge),
+                n_trials=count,
                 batch_sizes=tuple(float(g) for g in grid),
                 best_loss_by_batch=tuple(float(v) for v in best),
+                lr_slope=slope,
+                lr_batches=len(use),
             )
         )
     return out
@@ -510,6 +554,19 @@ def _not_determined(held: tuple[float, float], n_fit: int, why: str) -> HoldoutC
     )  # fmt: skip
 
 
+def _without(trials: LadderTrials, key: tuple[float, float]) -> LadderTrials:
+    """``trials`` without those of rung ``key``."""
+    keep = ~trials.rung_mask(*key)
+    curves = (
+        None
+        if trials.curves is None
+        else tuple(c for c, k in zip(trials.curves, keep, strict=True) if k)
+    )
+    return LadderTrials(
+        trials.n[keep], trials.d[keep], trials.b[keep], trials.lr[keep], trials.loss[keep], curves
+    )
+
+
 def _nearest_in_d(rungs: Sequence[RungOptimum], to: RungOptimum) -> RungOptimum:
     """The rung nearest ``to`` in log D, then in log N (ties: the larger compute)."""
     return min(
@@ -545,7 +602,8 @@ def holdout_check(
     if key not in by_key:
         raise ValueError(f"no rung N = {key[0]:g}, D = {key[1]:g} in the ladder")
     target = by_key[key]
-    rest = [o for o in optima if (o.n, o.d) != key]
+    # The laws never see the held-out rung's trials, not even through the η*(B) slope.
+    rest = rung_optima(_without(trials, key))
     try:
         laws = fit_ladder_laws(
             rest,
@@ -577,7 +635,7 @@ def holdout_check(
     # (StepFun 2025; Bergsma et al. 2025). Never the held-out rung's own.
     b_use = b_pred.value if b_pred is not None else _nearest_in_d(rest, target).b_opt
     loss_pred, ext = loss_at(trials, target.n, target.d, b_use, lr_pred.value)
-    smallest = optima[0]
+    smallest = rest[0] if rest else optima[0]
     loss_small, _ = loss_at(trials, target.n, target.d, smallest.b_opt, smallest.lr_opt)
     best = target.loss_opt
     regret = max(0.0, loss_pred - best) / abs(best)

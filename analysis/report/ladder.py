@@ -56,6 +56,19 @@ def ladder_section(a: StudyAnalysis) -> list[Block]:
             "Every rung's optimum, by compute N·D.",
         )
     )  # fmt: skip
+    pooled = [o for o in lad.rungs if o.lr_batches > 1]
+    if pooled:
+        lo, hi = min(o.lr_batches for o in pooled), max(o.lr_batches for o in pooled)
+        count = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        out.append(
+            para(
+                f"η* of a rung is read off its η*(B) line at B_opt: each batch size's η* (a "
+                f"local parabola in log η), log η* linear in log B with one slope for the "
+                f"ladder, η* ∝ B^{pooled[0].lr_slope:.3f}, the rung's level the mean over "
+                f"{count} batch sizes (those whose η* is at an end of the LRs tried are left "
+                f"out), so that it rests on all the rung's trials, not on the few of B_opt."
+            )
+        )
     if lad.laws is not None:
         law_rows = []
         for name, law in lad.laws.laws.items():
