@@ -52,8 +52,13 @@ class TargetPrediction(Record):
         out = [f"target: N = {self.n:.4g} parameters, D = {self.d:.4g} tokens"]
         s = self.settings
         if s is not None:
+            moved = (
+                f" (η* moved from B_opt to this batch along η* ∝ B^{self.laws.lr_slope:.3g})"
+                if self.laws.lr_slope
+                else ""
+            )
             out.append(
-                f"  learning rate {s.learning_rate:.4g}; global batch {s.global_batch} "
+                f"  learning rate {s.learning_rate:.4g}{moved}; global batch {s.global_batch} "
                 f"{s.batch_unit} = {s.per_device_batch} per device × {s.devices} devices × "
                 f"{s.accum_steps} accumulation steps; {s.steps} steps of {s.tokens_per_step:.6g} tokens"
             )
@@ -84,11 +89,13 @@ def trainer_settings(
     tokens_per_example: float,
     batch_unit: str,
     max_per_device: int | None = None,
+    lr_slope: float = 0.0,
 ) -> Settings:
     """The global batch nearest B_opt that the devices divide, split into a per-device
-    batch (at most ``max_per_device``, by gradient accumulation), and the steps D takes.
-    `ValueError` when no global batch within a factor `MAX_ROUNDING` of B_opt divides
-    over the devices."""
+    batch (at most ``max_per_device``, by gradient accumulation), and the steps D takes;
+    the learning rate η* (at B_opt) moved to that global batch along the ladder's
+    η* ∝ B^``lr_slope``. `ValueError` when no global batch within a factor `MAX_ROUNDING`
+    of B_opt divides over the devices."""
     k = max(1, round(b_opt / devices))
     glob = k * devices
     if not (b_opt / MAX_ROUNDING <= glob <= b_opt * MAX_ROUNDING):
@@ -104,7 +111,7 @@ def trainer_settings(
     per_device = k // accum
     tokens = glob * tokens_per_example
     return Settings(
-        learning_rate=lr,
+        learning_rate=lr * (glob / b_opt) ** lr_slope,
         global_batch=glob,
         per_device_batch=per_device,
         devices=devices,
@@ -162,5 +169,6 @@ def predict_target(
             laws.tokens_per_example,
             laws.batch_unit,
             max_per_device,
+            laws.lr_slope,
         )
     return TargetPrediction(n, d, preds, ext_n, ext_d, tuple(warnings), settings, laws)

@@ -167,7 +167,12 @@ def test_predict_target_reproduces_the_laws_and_lays_out_the_batch(
     )
     with pytest.raises(ValueError, match="divisible by 4096 devices"):
         trainer_settings(0.01, 40.0, 1e9, 4096, 64, "sequences")
-    again = laws_from_dict(json.loads(json.dumps(laws.to_dict())))
+    # η* is the law's at B_opt: a global batch rounded to the devices moves it along the
+    # ladder's η* ∝ B^γ (B_opt 40 on 16 devices: 32, 0.8^0.5 of η*)
+    moved = trainer_settings(0.01, 40.0, 1e9, 16, 64, "sequences", lr_slope=0.5)
+    assert moved.global_batch == 32 and moved.learning_rate == pytest.approx(0.01 * 0.8**0.5)
+    again = laws_from_dict(json.loads(json.dumps(replace(laws, lr_slope=0.25).to_dict())))
+    assert again.lr_slope == 0.25
     q = predict_target(again, 1e7, 1e9)
     assert q.predictions["lr"].value == pytest.approx(p.predictions["lr"].value)
     assert q.predictions["lr"].hi == pytest.approx(p.predictions["lr"].hi)

@@ -312,6 +312,7 @@ class LadderLaws(Record):
     batch_unit: str
     tokens_per_example: float  # tokens per element of a batch (the sequence length)
     skipped: Mapping[str, str]  # law → why it was not fitted
+    lr_slope: float = 0.0  # γ of η* ∝ B^γ within a rung (`rung_optima`)
 
     def varied(self) -> tuple[str, ...]:
         """The axes (N, D) the fitted rungs took more than one value of."""
@@ -414,6 +415,7 @@ def fit_ladder_laws(
         batch_unit=batch_unit,
         tokens_per_example=float(tokens_per_example),
         skipped=skipped,
+        lr_slope=optima[0].lr_slope,
     )
 
 
@@ -699,6 +701,7 @@ def laws_from_dict(d: Mapping[str, Any]) -> LadderLaws:
             batch_unit=str(d.get("batch_unit", "sequences")),
             tokens_per_example=float(d.get("tokens_per_example", 1.0)),
             skipped=dict(d.get("skipped", {})),
+            lr_slope=float(d.get("lr_slope", 0.0)),
         )
     except (KeyError, TypeError, IndexError) as exc:
         raise ValueError(f"not a ladder's laws: {type(exc).__name__}: {exc}") from None
