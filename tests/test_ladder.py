@@ -103,6 +103,11 @@ def test_holdout_predicts_the_largest_rung(trials: LadderTrials) -> None:
     assert 1 / 1.5 <= check.lr_ratio <= 1.5
     assert check.regret < 0.01 < check.regret_smallest
     assert "Has it predicted? Yes" in check.sentence()
+    # the settings checked (and trained again by benchmarks/ladder_reruns.py)
+    assert check.lr_predicted is not None and check.batch_predicted is not None
+    assert check.settings_predicted == (check.batch_predicted.value, check.lr_predicted.value)
+    small = rung_optima(trials)[0]
+    assert check.settings_smallest == pytest.approx((small.b_opt, small.lr_opt), rel=0.05)
 
 
 def test_holdout_says_no_when_the_held_rung_breaks_the_law(trials: LadderTrials) -> None:

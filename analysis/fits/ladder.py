@@ -519,6 +519,8 @@ class HoldoutCheck(Record):
     loss_at_smallest: float
     regret_smallest: float
     extrapolated: bool  # the predicted settings lie outside what the rung tried
+    settings_predicted: tuple[float, float] = (math.nan, math.nan)  # (B, η) checked
+    settings_smallest: tuple[float, float] = (math.nan, math.nan)  # the smallest rung's (B, η)
     laws: LadderLaws | None = field(default=None, metadata=OMIT)
 
     def sentence(self) -> str:
@@ -676,6 +678,8 @@ def holdout_check(
         loss_at_smallest=loss_small,
         regret_smallest=regret_small,
         extrapolated=ext,
+        settings_predicted=(float(b_use), float(lr_pred.value)),
+        settings_smallest=(float(smallest.b_opt), float(smallest.lr_opt)),
         laws=laws,
     )
 
