@@ -20,7 +20,9 @@ of the full ladder's (the held-out rung's trials included: they measure the answ
 Acceptance (issue 42) on the text ladder over ≥ 3 seeds: the held-out η* within a factor
 1.5 of the predicted, the loss at the predicted settings within 1% of the rung's best,
 less regret than reusing the smallest rung's settings. Prints one JSON document with the
-machine's load average. A run dir that exists is resumed (a finished one is read).
+machine's load average. A run dir that exists is resumed (a finished one is read). The regret
+here is read off the trials; `benchmarks/ladder_reruns.py` measures it by training the
+held-out rung's settings again at several seeds.
 
     python benchmarks/ladder.py --task text --seeds 3 [--first-seed S] [--quick] [--work DIR]
     python benchmarks/ladder.py --task synthetic --seeds 10
