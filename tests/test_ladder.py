@@ -462,6 +462,12 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     assert len(last["across_rungs"]) == 3 and len(last["bracket"]) == 2
     md = (run / "report" / "report.md").read_text()
     assert "tuned across its rungs" in md and "read off its η*(B) line" in md
+    # the first screen leads with has it trained?, has it predicted? and the laws, then
+    # each rung's own B_crit
+    answer = md.split("> **Answer**", 1)[1]
+    assert answer.index("- trained:") < answer.index("Has it predicted?")
+    assert answer.index("Has it predicted?") < answer.index("Laws across the ladder's 4 rungs")
+    assert answer.index("Laws across the ladder's") < answer.index("B_crit at")
     pred = run_sweep(
         "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
     )

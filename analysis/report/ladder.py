@@ -27,6 +27,26 @@ def ladder_line(a: StudyAnalysis) -> str | None:
     return None if a.ladder is None else a.ladder.holdout.sentence()
 
 
+def ladder_laws_line(a: StudyAnalysis) -> str | None:
+    """The laws across the ladder in one line for the first screen (None: not a ladder,
+    or no law fitted)."""
+    lad = a.ladder
+    if lad is None or lad.laws is None or not lad.laws.laws:
+        return None
+    names = {"lr": "η*", "batch": "B_opt", "loss": "L*", "bcrit": "B_crit"}
+    parts = []
+    for name, law in lad.laws.laws.items():
+        exps = " · ".join(f"{r}^{law.exponents[r]:.3g} {_ci(*law.ci[r])}" for r in law.regressors)
+        parts.append(f"{names[name]} ∝ {exps}")
+    skipped = "; ".join(f"{names[k]} not fitted" for k in lad.laws.skipped)
+    return (
+        f"Laws across the ladder's {len(lad.rungs)} rungs (95% intervals): "
+        + "; ".join(parts)
+        + (f"; {skipped}" if skipped else "")
+        + ' (section "Ladder: laws across scale").'
+    )
+
+
 def _ci(lo: float, hi: float) -> str:
     return f"[{sig(lo)}, {sig(hi)}]" if math.isfinite(lo) else "—"
 

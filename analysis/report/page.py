@@ -26,7 +26,7 @@ from stepscale.analysis.report.blocks import (
     toc,
 )
 from stepscale.analysis.report.course import course_sections
-from stepscale.analysis.report.ladder import ladder_line, ladder_section
+from stepscale.analysis.report.ladder import ladder_laws_line, ladder_line, ladder_section
 from stepscale.analysis.report.learning import learning_section
 from stepscale.analysis.report.sections import (
     ablation_section,
@@ -157,9 +157,14 @@ def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
     lines = headline(a).lines()
     predicted = ladder_line(a)  # has it predicted? beside has it trained?
     if predicted is not None:
+        # A ladder's answer is its laws and their check: they lead, has it trained? first;
+        # each rung's own B_crit (at a target most rungs pass early) follows.
         trained = a.learning.line() if a.learning.points else None
-        at = lines.index(trained) + 1 if trained in lines else 0
-        lines.insert(at, predicted)
+        first = [trained] if trained in lines else []
+        lines = [
+            *first, predicted, *filter(None, [ladder_laws_line(a)]),
+            *(x for x in lines if x not in first),
+        ]  # fmt: skip
     for g in a.groups:
         if g.lr_law is not None and g.optimal_lr is not None:
             lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
