@@ -32,7 +32,7 @@ from stepscale.cli.main import main
 from stepscale.models.ladder_task import LadderLaw, final_loss
 from stepscale.sweeps.run.transfer import TransferRun
 from stepscale.sweeps.study.schema import NuisanceParam, ScientificParam, StudyConfig
-from stepscale.sweeps.study.space import Point, build_space
+from stepscale.sweeps.study.space import Point, SearchSpace, build_space
 from tests.helpers import run_sweep
 
 LAW = LadderLaw()
@@ -311,21 +311,15 @@ def test_a_rungs_eta_star_pools_its_batch_sizes_along_one_slope() -> None:
 # ------------------------------------------------------------------ transfer across rungs
 
 
-def _eta_ladder(d_model: float, tokens: float, b: float) -> float:
-    return 1e-3 * (d_model / 32) ** -1.0 * (tokens / 1000) ** 0.5 * (b / 16) ** 0.5
-
-
-def test_a_later_rungs_anchors_wait_for_the_earlier_rungs_and_start_from_their_law(
-    tmp_path: Path,
-) -> None:
+def _transfer_studies(
+    scientific: dict[str, ScientificParam], trials_per_point: int
+) -> tuple[StudyConfig, SearchSpace, dict[str, optuna.Study]]:
+    """A study of these scientific axes, the LR its nuisance, transfer with a bracket of 2,
+    and an in-memory Optuna study per point."""
     cfg = StudyConfig(name="t")
-    cfg.scientific = {
-        "d_model": ScientificParam(path="model.d_model", values=[32, 64]),
-        "tokens": ScientificParam(path="train.max_tokens", values=[1000, 4000]),
-        "batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256]),
-    }
+    cfg.scientific = scientific
     cfg.nuisance = {"lr": NuisanceParam(path="optimizer.lr", low=1e-5, high=1.0, scale="log")}
-    cfg.budget.trials_per_point = 5
+    cfg.budget.trials_per_point = trials_per_point
     cfg.sampler.transfer = True
     cfg.sampler.transfer_bracket = 2.0
     space = build_space(cfg, known=None)
@@ -333,6 +327,24 @@ def test_a_later_rungs_anchors_wait_for_the_earlier_rungs_and_start_from_their_l
     studies = {
         p.label: optuna.create_study(storage=storage, study_name=p.label) for p in space.points
     }
+    return cfg, space, studies
+
+
+def _eta_ladder(d_model: float, tokens: float, b: float) -> float:
+    return 1e-3 * (d_model / 32) ** -1.0 * (tokens / 1000) ** 0.5 * (b / 16) ** 0.5
+
+
+def test_a_later_rungs_anchors_wait_for_the_earlier_rungs_and_start_from_their_law(
+    tmp_path: Path,
+) -> None:
+    cfg, space, studies = _transfer_studies(
+        {
+            "d_model": ScientificParam(path="model.d_model", values=[32, 64]),
+            "tokens": ScientificParam(path="train.max_tokens", values=[1000, 4000]),
+            "batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256]),
+        },
+        trials_per_point=5,
+    )
 
     def trials_of(p: Point) -> list[optuna.trial.FrozenTrial]:
         return studies[p.label].get_trials(deepcopy=False)
@@ -396,17 +408,10 @@ def test_a_later_rungs_anchors_wait_for_the_earlier_rungs_and_start_from_their_l
 
 
 def test_a_bracket_never_enqueues_more_trials_than_a_point_has(tmp_path: Path) -> None:
-    cfg = StudyConfig(name="t")
-    cfg.scientific = {"batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256])}
-    cfg.nuisance = {"lr": NuisanceParam(path="optimizer.lr", low=1e-5, high=1.0, scale="log")}
-    cfg.budget.trials_per_point = 2
-    cfg.sampler.transfer = True
-    cfg.sampler.transfer_bracket = 2.0
-    space = build_space(cfg, known=None)
-    storage = optuna.storages.InMemoryStorage()
-    studies = {
-        p.label: optuna.create_study(storage=storage, study_name=p.label) for p in space.points
-    }
+    cfg, space, studies = _transfer_studies(
+        {"batch_size": ScientificParam(path="data.global_batch", values=[16, 64, 256])},
+        trials_per_point=2,
+    )
     b16, b64, b256 = space.points
     for p in (b16, b64):
         for mult in (0.5, 2.0):
