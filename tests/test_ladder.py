@@ -178,6 +178,9 @@ def test_predict_target_reproduces_the_laws_and_lays_out_the_batch(
     assert moved.global_batch == 32 and moved.learning_rate == pytest.approx(0.01 * 0.8**0.5)
     again = laws_from_dict(json.loads(json.dumps(replace(laws, lr_slope=0.25).to_dict())))
     assert again.lr_slope == 0.25
+    for bad in ("abc", "nan", None):
+        with pytest.raises(ValueError, match=r"lr_slope|not a ladder's laws"):
+            laws_from_dict(laws.to_dict() | {"lr_slope": bad})
     q = predict_target(again, 1e7, 1e9)
     assert q.predictions["lr"].value == pytest.approx(p.predictions["lr"].value)
     assert q.predictions["lr"].hi == pytest.approx(p.predictions["lr"].hi)

@@ -707,8 +707,10 @@ def laws_from_dict(d: Mapping[str, Any]) -> LadderLaws:
             skipped=dict(d.get("skipped", {})),
             lr_slope=float(d.get("lr_slope", 0.0)),
         )
-    except (KeyError, TypeError, IndexError) as exc:
+    except (KeyError, TypeError, IndexError, ValueError) as exc:
         raise ValueError(f"not a ladder's laws: {type(exc).__name__}: {exc}") from None
+    if not math.isfinite(out.lr_slope):
+        raise ValueError(f"lr_slope (η* ∝ B^γ) must be a finite number, got {out.lr_slope}")
     for law in out.laws.values():
         for r in law.regressors:
             if r not in AXES:
