@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stepscale.analysis.fits.lr import LRLaw
+from stepscale.analysis.fits.powerlaw import PowerLaw
 from stepscale.analysis.fits.records import OMIT, Record, as_json, insert_before
 from stepscale.analysis.fits.seed_part import SEED_SETTLED, SeedPart
 from stepscale.analysis.fits.steps import StepsFit
+from stepscale.analysis.fits.student_t import t_quantile
+from stepscale.analysis.ladder import LadderAnalysis
 from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
 
@@ -42,8 +45,12 @@ __all__ = [
     "Determination",
     "GroupHeadline",
     "Headline",
+    "answer_lines",
     "exponent_determination",
     "headline",
+    "ladder_laws_line",
+    "ladder_rungs_line",
+    "law_determination",
     "lr_law_determination",
     "saturating_determination",
     "scale_determination",
@@ -419,3 +426,97 @@ def headline(a: StudyAnalysis) -> Headline:
         groups=tuple(groups),
         learning=a.learning,
     )
+
+
+# ---------------------------------------------------------------------------- a ladder
+
+_LAW_SYMBOL = {"lr": "η*", "batch": "B_opt", "loss": "L*", "bcrit": "B_crit"}
+
+
+def _ci(lo: float, hi: float) -> str:
+    return f"[{sig(lo)}, {sig(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else "—"
+
+
+def law_determination(law: PowerLaw) -> Determination:
+    """Is a ladder's law determined? Each exponent by `exponent_determination` (an interval
+    wider than `MAX_EXPONENT_WIDTH`, or none: a law on as many rungs as parameters has no
+    interval); the first exponent that is not names why. A law fitted without a bootstrap
+    (``n_boot`` 0) is judged by the t interval of its least-squares exponents."""
+    t = t_quantile(0.5 + law.confidence / 2, law.dof) if law.dof > 0 else math.nan
+    for r in law.regressors:
+        ci = law.ci[r]
+        if not all(math.isfinite(v) for v in ci):
+            a, half = law.exponents[r], t * law.se[r]
+            ci = (a - half, a + half)
+        det = exponent_determination(law.n, ci)
+        if not det.determined:
+            return Determination(False, f"{r} exponent: {det.reason}, {law.n} rungs")
+    return Determination(True)
+
+
+def ladder_laws_line(lad: LadderAnalysis) -> str | None:
+    """The laws across the ladder in one line, each with its exponents' intervals and
+    labelled "not determined" when `law_determination` says so (None: no law fitted)."""
+    if lad.laws is None or not lad.laws.laws:
+        return None
+    parts = []
+    for name, law in lad.laws.laws.items():
+        exps = " · ".join(f"{r}^{law.exponents[r]:.3g} {_ci(*law.ci[r])}" for r in law.regressors)
+        det = law_determination(law)
+        label = "" if det.determined else f" ({NOT_DETERMINED}, {det.reason})"
+        parts.append(f"{_LAW_SYMBOL[name]} ∝ {exps}{label}")
+    skipped = "; ".join(f"{_LAW_SYMBOL[k]} not fitted" for k in lad.laws.skipped)
+    return (
+        f"Laws across the ladder's {len(lad.rungs)} rungs (95% intervals): "
+        + "; ".join(parts)
+        + (f"; {skipped}" if skipped else "")
+        + ' (section "Ladder: laws across scale").'
+    )
+
+
+def _span(values: Sequence[float]) -> str:
+    v = [x for x in values if math.isfinite(x)]
+    if not v:
+        return "—"
+    lo, hi = min(v), max(v)
+    return sig(lo) if sig(lo) == sig(hi) else f"{sig(lo)}–{sig(hi)}"
+
+
+def ladder_rungs_line(lad: LadderAnalysis) -> str:
+    """The rungs' optima in one line: the ranges of B_opt, η* and L*, how many rungs have
+    their best batch size at an end of the grid, and on how many a B_crit was fitted."""
+    rungs = lad.rungs
+    n_vals, d_vals = sorted({o.n for o in rungs}), sorted({o.d for o in rungs})
+    edge = sum(o.b_at_edge for o in rungs)
+    at_edge = f", at an end of the batch grid on {edge}" if edge else ""
+    bcrit = [o.b_crit for o in rungs if math.isfinite(o.b_crit)]
+    return (
+        f"Rungs: N {_span(n_vals)} (non-embedding parameters) × D {_span(d_vals)} tokens; "
+        f"B_opt {_span([o.b_opt for o in rungs])} {lad.batch_unit}{at_edge}; "
+        f"η* {_span([o.lr_opt for o in rungs])}; L* {_span([o.loss_opt for o in rungs])}; "
+        f"B_crit (steps to the smallest model's loss at D) fitted on {len(bcrit)} of "
+        f"{len(rungs)} rungs (a point each; the law above says what they determine)."
+    )
+
+
+def answer_lines(a: StudyAnalysis) -> list[str]:
+    """The answer as text lines, for the report's first screen and the end of `sweep run`:
+    the headline's (`Headline.lines`); a ladder's that trained lead with has it trained?,
+    has it predicted? (its largest rung held out), its laws and its rungs, and leave out
+    each rung's S(B) at the study's one target (a loss every rung passes early; the
+    ladder's B_crit targets the smallest model's loss at each D): those stay in the
+    report's sections."""
+    h = headline(a)
+    lines = h.lines()
+    lad = a.ladder
+    if lad is None:
+        return lines
+    if not h.trained or not a.learning.points:
+        return [*lines, lad.holdout.sentence()]
+    partial = "PARTIAL (the study is still running): " if a.partial else ""
+    return [
+        partial + a.learning.line(),
+        lad.holdout.sentence(),
+        *filter(None, [ladder_laws_line(lad)]),
+        ladder_rungs_line(lad),
+    ]

@@ -36,10 +36,12 @@ from stepscale.analysis.fits.seed_part import SEED_SETTLED
 from stepscale.analysis.replay import ReplayResult
 from stepscale.analysis.study import StudyAnalysis
 
-__all__ = ["EDGE", "MAX_CI_RATIO", "PRECISION", "HealthCheck", "health_checks"]
+__all__ = ["EDGE", "MAX_CI_RATIO", "PRECISION", "S_OF_B_CHECKS", "HealthCheck", "health_checks"]
 
 EDGE = 0.05  # fraction of a range's width counted as its edge
 MAX_CI_RATIO = 3.0
+# the checks of each group's S(B) fit at the study's target (`_around`)
+S_OF_B_CHECKS = ("batch sizes around B_crit", "B_crit interval")
 PRECISION = 0.15  # median |B_crit / B_crit,full − 1| the trials-per-point check asks for
 
 
@@ -146,7 +148,7 @@ def _around(a: StudyAnalysis) -> list[HealthCheck]:
         if not ok:
             side = "below" if len(below) < 2 else "above"
             msg += f": too few {side} B_crit to pin it — add batch sizes {side} it"
-        out.append(HealthCheck("batch sizes around B_crit", ok, msg))
+        out.append(HealthCheck(S_OF_B_CHECKS[0], ok, msg))
         lo, hi = fit.b_crit_ci
         if math.isfinite(lo) and math.isfinite(hi) and lo > 0:
             ratio = hi / lo
@@ -154,7 +156,7 @@ def _around(a: StudyAnalysis) -> list[HealthCheck]:
             msg = f"{prefix}the 95% interval [{lo:.4g}, {hi:.4g}] spans a factor {ratio:.3g}"
             if not ok:
                 msg += f" (more than {MAX_CI_RATIO:g}): B_crit is poorly determined"
-            out.append(HealthCheck("B_crit interval", ok, msg))
+            out.append(HealthCheck(S_OF_B_CHECKS[1], ok, msg))
     return out
 
 

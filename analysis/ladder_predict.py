@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from stepscale.analysis.fits.ladder import LAWS, LadderLaws
 from stepscale.analysis.fits.powerlaw import Prediction
 from stepscale.analysis.fits.records import Record
+from stepscale.analysis.headline import NOT_DETERMINED, law_determination
 
 __all__ = ["FAR", "Settings", "TargetPrediction", "predict_target", "trainer_settings"]
 
@@ -66,7 +67,9 @@ class TargetPrediction(Record):
             p = self.predictions[name]
             ci = f"[{p.lo:.4g}, {p.hi:.4g}]" if math.isfinite(p.lo) else "(no interval)"
             unit = f" {self.laws.batch_unit}" if name in ("batch", "bcrit") else ""
-            out.append(f"  {LAWS[name]}: {p.value:.4g}{unit} {ci}")
+            det = law_determination(self.laws.laws[name])
+            label = "" if det.determined else f" — {NOT_DETERMINED.upper()} ({det.reason})"
+            out.append(f"  {LAWS[name]}: {p.value:.4g}{unit} {ci}{label}")
         out.append(
             f"  extrapolation: {self.extrapolation_n:.3g}× the largest rung in N "
             f"({self.laws.n_range[1]:.4g}), {self.extrapolation_d:.3g}× in D "
@@ -155,6 +158,14 @@ def predict_target(
             )
         elif (n if axis == "N" else d) < lo:
             warnings.append(f"the target lies below the smallest rung in {axis} ({lo:.4g})")
+    for name, symbol in (("lr", "η*"), ("batch", "B_opt")):
+        law = laws.laws.get(name)
+        det = law_determination(law) if law is not None else None
+        if det is not None and not det.determined and devices is not None:
+            warnings.append(
+                f"the settings rest on a law that is not determined (the {symbol} law, "
+                f"{det.reason}): add rungs, or trials per rung, before trusting them"
+            )
     settings = None
     if devices is not None:
         if "lr" not in preds or "batch" not in preds:

@@ -176,7 +176,7 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
     """The study's headline (analysis.headline) as JSON and as text lines; a study the
     analysis cannot read gives None and the reason."""
     from stepscale.analysis.analyze import analyze  # heavy (xarray, scipy): only at the end
-    from stepscale.analysis.headline import headline
+    from stepscale.analysis.headline import answer_lines, headline
     from stepscale.analysis.load import RunDirError, load
 
     try:
@@ -189,10 +189,7 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
             f"no answer computed ({type(exc).__name__}: {exc}); "
             f"`sweep report {shlex.quote(str(run_dir))}` shows what the analysis finds"
         ]
-    lines = h.lines()
-    if a.ladder is not None:  # a ladder: has it predicted? (its largest rung held out)
-        lines.append(a.ladder.holdout.sentence())
-    return h.to_dict(), lines
+    return h.to_dict(), answer_lines(a)
 
 
 def _render_report(run_dir: Path) -> str | None:

@@ -27,6 +27,7 @@ from stepscale.analysis.fits.ladder import (
     rung_optima,
 )
 from stepscale.analysis.fits.powerlaw import fit_power_law
+from stepscale.analysis.headline import law_determination
 from stepscale.analysis.ladder_predict import predict_target, trainer_settings
 from stepscale.cli.main import main
 from stepscale.models.ladder_task import LadderLaw, final_loss
@@ -280,6 +281,31 @@ def test_without_a_b_opt_law_the_held_out_rung_is_checked_at_the_b_opt_of_its_ho
     assert "batch" not in check.laws.laws and "at an end" in check.laws.skipped["batch"]
     assert not rung_optima(t)[-1].b_at_edge  # the held-out rung's own B_opt is interior
     assert check.regret < 0.005
+    assert "the batch size checked, 149, is the nearest fitted rung's in D" in check.sentence()
+
+
+def test_a_law_with_no_interval_or_a_wide_one_is_labelled_not_determined(
+    trials: LadderTrials,
+) -> None:
+    optima = rung_optima(trials)
+    laws = fit_ladder_laws(optima, tokens_per_example=64, n_boot=0)
+    assert all(law_determination(law).determined for law in laws.laws.values())
+    fine = predict_target(laws, 1e7, 1e9, devices=8)
+    assert not any("NOT DETERMINED" in line for line in fine.lines()) and not fine.warnings
+    # three rungs for three parameters (c, N and D exponents): no residual, no interval
+    corner = [o for o in optima if (o.n, o.d) in {(NS[0], DS[0]), (NS[1], DS[0]), (NS[0], DS[1])}]
+    bare = fit_ladder_laws(corner, tokens_per_example=64, n_boot=0)
+    det = law_determination(bare.laws["lr"])
+    assert not det.determined and det.reason == "N exponent: its interval is unbounded, 3 rungs"
+    p = predict_target(bare, 1e7, 1e9, devices=8)
+    assert any(
+        line.startswith("  η*") and "NOT DETERMINED (N exponent" in line for line in p.lines()
+    )
+    assert any("settings rest on a law that is not determined (the η* law" in w for w in p.warnings)
+    # an exponent known only to ±2 determines nothing either
+    noisy = [replace(o, lr_opt=o.lr_opt * math.exp(3 * (-1) ** i)) for i, o in enumerate(optima)]
+    wide = law_determination(fit_ladder_laws(noisy, n_boot=0).laws["lr"])
+    assert not wide.determined and "is wider than 1, 9 rungs" in wide.reason
 
 
 def test_a_rungs_eta_star_pools_its_batch_sizes_along_one_slope() -> None:
@@ -470,12 +496,15 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     assert len(last["across_rungs"]) == 3 and len(last["bracket"]) == 2
     md = (run / "report" / "report.md").read_text()
     assert "tuned across its rungs" in md and "read off its η*(B) line" in md
-    # the first screen leads with has it trained?, has it predicted? and the laws, then
-    # each rung's own B_crit
-    answer = md.split("> **Answer**", 1)[1]
+    # the first screen leads with has it trained?, has it predicted?, the laws and the
+    # rungs; each rung's S(B) at the study's one target stays in its section
+    answer = md.split("> **Answer**", 1)[1].split("\n\n", 1)[0]
     assert answer.index("- trained:") < answer.index("Has it predicted?")
     assert answer.index("Has it predicted?") < answer.index("Laws across the ladder's 4 rungs")
-    assert answer.index("Laws across the ladder's") < answer.index("B_crit at")
+    assert answer.index("Laws across the ladder's") < answer.index("Rungs: N 100,000–400,000")
+    assert "params=100000,horizon=2000000: B_crit" not in answer
+    assert "batch sizes around B_crit" not in answer and "batch sizes around B_crit" in md
+    assert "Rungs: N" in done.stdout  # `sweep run` ends with the same answer
     pred = run_sweep(
         "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
     )

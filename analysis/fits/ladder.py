@@ -532,13 +532,19 @@ class HoldoutCheck(Record):
         parts = [
             f"held-out rung N = {self.held_n:.3g}, D = {self.held_d:.3g} tokens, laws from "
             f"{self.fitted_rungs} smaller rungs",
-            f"η* measured {self.lr_measured:.3g}, predicted {lr.value:.3g} "
-            f"[{lr.lo:.3g}, {lr.hi:.3g}] (ratio {self.lr_ratio:.2f})",
+            f"η* measured {self.lr_measured:.3g}, predicted {lr.value:.3g} {_interval(lr)} "
+            f"(ratio {self.lr_ratio:.2f})",
         ]
-        if self.batch_predicted is not None:
+        b = self.batch_predicted
+        if b is not None:
             parts.append(
-                f"B_opt measured {self.batch_measured:.3g}, predicted "
-                f"{self.batch_predicted.value:.3g} (ratio {self.batch_ratio:.2f})"
+                f"B_opt measured {self.batch_measured:.3g}, predicted {b.value:.3g} {_interval(b)} "
+                f"(ratio {self.batch_ratio:.2f})"
+            )
+        elif math.isfinite(self.settings_predicted[0]):
+            parts.append(
+                f"B_opt measured {self.batch_measured:.3g}; no B_opt law, so the batch size "
+                f"checked, {self.settings_predicted[0]:.3g}, is the nearest fitted rung's in D"
             )
         parts.append(
             f"loss at the predicted settings {self.loss_at_predicted:.4g} vs the rung's best "
@@ -548,6 +554,10 @@ class HoldoutCheck(Record):
         head = "Has it predicted? " + ("Yes" if self.verdict == "predicted" else "No")
         why = f" ({'; '.join(self.reasons)})" if self.reasons else ""
         return f"{head}{why}: " + "; ".join(parts) + "."
+
+
+def _interval(p: Prediction) -> str:
+    return f"[{p.lo:.3g}, {p.hi:.3g}]" if math.isfinite(p.lo) else "(no interval)"
 
 
 def _not_determined(held: tuple[float, float], n_fit: int, why: str) -> HoldoutCheck:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from stepscale.analysis.fits.ladder import LAWS
-from stepscale.analysis.headline import sig
+from stepscale.analysis.headline import law_determination, sig
 from stepscale.analysis.report.blocks import Block, heading, para, table
 from stepscale.analysis.study import StudyAnalysis
 
@@ -21,30 +21,13 @@ DEFINITIONS = (
 )
 
 
-def ladder_line(a: StudyAnalysis) -> str | None:
-    """The "has it predicted?" verdict for the report's first screen (None: not a
-    ladder)."""
-    return None if a.ladder is None else a.ladder.holdout.sentence()
-
-
-def ladder_laws_line(a: StudyAnalysis) -> str | None:
-    """The laws across the ladder in one line for the first screen (None: not a ladder,
-    or no law fitted)."""
-    lad = a.ladder
-    if lad is None or lad.laws is None or not lad.laws.laws:
-        return None
-    names = {"lr": "η*", "batch": "B_opt", "loss": "L*", "bcrit": "B_crit"}
-    parts = []
-    for name, law in lad.laws.laws.items():
-        exps = " · ".join(f"{r}^{law.exponents[r]:.3g} {_ci(*law.ci[r])}" for r in law.regressors)
-        parts.append(f"{names[name]} ∝ {exps}")
-    skipped = "; ".join(f"{names[k]} not fitted" for k in lad.laws.skipped)
-    return (
-        f"Laws across the ladder's {len(lad.rungs)} rungs (95% intervals): "
-        + "; ".join(parts)
-        + (f"; {skipped}" if skipped else "")
-        + ' (section "Ladder: laws across scale").'
-    )
+LAW_COLUMNS = [
+    "law",
+    "fit (exponent [95% bootstrap interval])",
+    "rungs",
+    "residual std (log)",
+    "determined",
+]
 
 
 def _ci(lo: float, hi: float) -> str:
@@ -95,12 +78,14 @@ def ladder_section(a: StudyAnalysis) -> list[Block]:
             exps = "; ".join(
                 f"{r}^{law.exponents[r]:.3f} {_ci(*law.ci[r])}" for r in law.regressors
             )
-            law_rows.append(
-                [LAWS[name], f"{sig(law.coefficient)} · {exps}", str(law.n), sig(law.residual_std)]
-            )
+            det = law_determination(law)
+            law_rows.append([
+                LAWS[name], f"{sig(law.coefficient)} · {exps}", str(law.n),
+                sig(law.residual_std), "yes" if det.determined else f"no: {det.reason}",
+            ])  # fmt: skip
         out.append(
             table(
-                ["law", "fit (exponent [95% bootstrap interval])", "rungs", "residual std (log)"],
+                LAW_COLUMNS,
                 law_rows,
                 f"Power laws fitted on every rung (B in {unit} of "
                 f"{lad.tokens_per_example:g} tokens).",

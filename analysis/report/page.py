@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis import figures
-from stepscale.analysis.headline import headline
+from stepscale.analysis.headline import answer_lines, headline
 from stepscale.analysis.report.blocks import (
     Block,
     end_fold,
@@ -26,7 +26,7 @@ from stepscale.analysis.report.blocks import (
     toc,
 )
 from stepscale.analysis.report.course import course_sections
-from stepscale.analysis.report.ladder import ladder_laws_line, ladder_line, ladder_section
+from stepscale.analysis.report.ladder import ladder_section
 from stepscale.analysis.report.learning import learning_section
 from stepscale.analysis.report.sections import (
     ablation_section,
@@ -153,21 +153,13 @@ def fold_tables(blocks: Sequence[Block], keep: int = 0) -> list[Block]:
 
 
 def summary_lines(a: StudyAnalysis, ds: xr.Dataset) -> list[str]:
-    """The answer (analysis.headline), the η*(B) law when there is one, and the basis."""
-    lines = headline(a).lines()
-    predicted = ladder_line(a)  # has it predicted? beside has it trained?
-    if predicted is not None:
-        # A ladder's answer is its laws and their check: they lead, has it trained? first;
-        # each rung's own B_crit (at a target most rungs pass early) follows.
-        trained = a.learning.line() if a.learning.points else None
-        first = [trained] if trained in lines else []
-        lines = [
-            *first, predicted, *filter(None, [ladder_laws_line(a)]),
-            *(x for x in lines if x not in first),
-        ]  # fmt: skip
-    for g in a.groups:
-        if g.lr_law is not None and g.optimal_lr is not None:
-            lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
+    """The answer (`analysis.headline.answer_lines`), the η*(B) law when there is one (not
+    for a ladder: its rungs' η*(B) are in the optimal-LR section), and the basis."""
+    lines = answer_lines(a)
+    if a.ladder is None:
+        for g in a.groups:
+            if g.lr_law is not None and g.optimal_lr is not None:
+                lines.append(lr_law_text(g.group, g.lr_law, g.optimal_lr.batch_sizes))
     lines.append(_basis(a, ds))
     return lines
 
@@ -200,7 +192,9 @@ def document(
             )
         )
     warns = [*health_warnings]
-    for g in headline(a).groups:
+    # A ladder's answer is its laws: its rungs' S(B) at the study's one target warn under
+    # "Notes and warnings", not in the answer box.
+    for g in headline(a).groups if a.ladder is None else ():
         warns += [w for w in g.warnings if w not in warns]
     blocks.append(summary_box("Answer", summary_lines(a, ds), warns))
     first = FIRST_FIGURE if FIRST_FIGURE in pngs else None

@@ -46,7 +46,7 @@ from stepscale.analysis import figures
 from stepscale.analysis.analyze import analyze
 from stepscale.analysis.figures.replay import replay_figure
 from stepscale.analysis.fits.records import Record, json_ready
-from stepscale.analysis.health import health_checks
+from stepscale.analysis.health import S_OF_B_CHECKS, health_checks
 from stepscale.analysis.load import RunDirError, load, save
 from stepscale.analysis.provenance import provenance
 from stepscale.analysis.replay import ReplayError, ReplayResult, replay
@@ -200,7 +200,10 @@ def _write_files(out: Path, root: Path, ds: Any, a: Any) -> dict[str, bytes]:
         *adaptive_section(read_json(root / ADAPTIVE_JSON, lenient=True)),
         *transfer_section(read_json(root / TRANSFER_JSON, lenient=True)),
     ]
-    warns = [f"{c.name}: {c.message}" for c in checks if not c.ok]
+    # A ladder's answer is its laws: the S(B) checks of its rungs at the study's one target
+    # stay in the health section, out of the answer box.
+    skip = S_OF_B_CHECKS if a.ladder is not None else ()
+    warns = [f"{c.name}: {c.message}" for c in checks if not c.ok and c.name not in skip]
     blocks = document(a, ds, prov, pngs, health_section(checks), cheaper, warns)
     blocks = [_redact_block(b) for b in blocks]
     write_text_atomic(out / "report.md", to_markdown(blocks))
