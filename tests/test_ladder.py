@@ -12,11 +12,14 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import optuna
 import pytest
 
+from stepscale.analysis.figures.ladder import draw_ladder_laws, ladder_laws
 from stepscale.analysis.fits.ladder import (
     LadderTrials,
     RungOptimum,
@@ -28,6 +31,7 @@ from stepscale.analysis.fits.ladder import (
 )
 from stepscale.analysis.fits.powerlaw import fit_power_law
 from stepscale.analysis.headline import law_determination
+from stepscale.analysis.ladder import LadderAnalysis
 from stepscale.analysis.ladder_predict import predict_target, trainer_settings
 from stepscale.cli.main import main
 from stepscale.models.ladder_task import LadderLaw, final_loss
@@ -306,6 +310,31 @@ def test_a_law_with_no_interval_or_a_wide_one_is_labelled_not_determined(
     noisy = [replace(o, lr_opt=o.lr_opt * math.exp(3 * (-1) ** i)) for i, o in enumerate(optima)]
     wide = law_determination(fit_ladder_laws(noisy, n_boot=0).laws["lr"])
     assert not wide.determined and "is wider than 1, 9 rungs" in wide.reason
+
+
+def _ladder_analysis(optima: list[RungOptimum], trials: LadderTrials) -> Any:
+    """A study analysis with nothing but a ladder (what the ladder figure reads)."""
+    laws = fit_ladder_laws(optima, n_boot=200)
+    lad = LadderAnalysis(
+        "sequences", 64.0, tuple(optima), {}, laws, None, None, holdout_check(trials), trials
+    )
+    return SimpleNamespace(ladder=lad)
+
+
+def test_the_ladder_figure_draws_no_line_for_a_law_that_is_not_determined(
+    trials: LadderTrials,
+) -> None:
+    optima = rung_optima(trials)
+    fig = ladder_laws(_ladder_analysis(optima, trials), None)  # type: ignore[arg-type]
+    assert fig is not None and fig.lr_lines and fig.b_lines and not fig.undrawn
+    # three rungs for the three coefficients of each law: no interval, no line
+    corner = [o for o in optima if (o.n, o.d) in {(NS[0], DS[0]), (NS[1], DS[0]), (NS[0], DS[1])}]
+    corner = [replace(o, b_at_edge=(i == 0)) for i, o in enumerate(corner)]
+    bare = ladder_laws(_ladder_analysis(corner, trials), None)  # type: ignore[arg-type]
+    assert bare is not None and not bare.lr_lines and not bare.b_lines
+    assert dict(bare.undrawn)["lr"].startswith("not determined, N exponent")
+    assert bare.b_at_edge == (True, False, False)  # drawn open: a bound
+    draw_ladder_laws(bare)  # draws, titled with why there is no line
 
 
 def test_a_rungs_eta_star_pools_its_batch_sizes_along_one_slope() -> None:

@@ -98,7 +98,8 @@ FIGURES = {
         ladder.ladder_laws,
         ladder.draw_ladder_laws,
         "Ladder: η* vs N at each horizon D and B_opt vs D at each N; points are the rungs' "
-        "measured optima, lines the power laws fitted on every rung.",
+        "measured optima (open: a best batch size at an end of the grid, a bound), lines the "
+        "power laws fitted on every rung (none for a law that is not determined).",
     ),
     "best_so_far": (
         ablation.best_so_far_figure,

@@ -1,5 +1,7 @@
 """Ladder figure: η* vs N (one line per D) and B_opt vs D (one line per N), measured
-optima as points and the fitted laws as lines (`stepscale.analysis.ladder`)."""
+optima as points and the fitted laws as lines (`stepscale.analysis.ladder`). A law that is
+not determined (`stepscale.analysis.headline.law_determination`) draws no line: its panel
+says why; a B_opt at an end of the batch grid (a bound, not an optimum) is an open marker."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis.figures import style
+from stepscale.analysis.headline import NOT_DETERMINED, law_determination
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["LadderFigure", "draw_ladder_laws", "ladder_laws"]
@@ -27,6 +30,9 @@ class LadderFigure:
     # (fixed value, xs, ys) per line: η* vs N at each D, B_opt vs D at each N
     lr_lines: tuple[tuple[float, tuple[float, ...], tuple[float, ...]], ...]
     b_lines: tuple[tuple[float, tuple[float, ...], tuple[float, ...]], ...]
+    b_at_edge: tuple[bool, ...] = ()
+    # law → why it draws no line ("not determined, …" or "not fitted")
+    undrawn: tuple[tuple[str, str], ...] = ()
 
 
 def _law_line(law: Any, axis: str, xs: np.ndarray, fixed: dict[str, float]) -> tuple[float, ...]:
@@ -44,6 +50,16 @@ def ladder_laws(a: StudyAnalysis, ds: xr.Dataset) -> LadderFigure | None:
     ns = sorted({o.n for o in rungs})
     ds_ = sorted({o.d for o in rungs})
     lr_law, b_law = lad.laws.laws.get("lr"), lad.laws.laws.get("batch")
+    undrawn = []
+    for name, law in (("lr", lr_law), ("batch", b_law)):
+        det = law_determination(law) if law is not None else None
+        if det is None:
+            undrawn.append((name, "not fitted"))
+        elif not det.determined:
+            undrawn.append((name, f"{NOT_DETERMINED}, {det.reason}"))
+    skip = {name for name, _ in undrawn}
+    lr_law = None if "lr" in skip else lr_law
+    b_law = None if "batch" in skip else b_law
     gn = np.geomspace(ns[0], ns[-1], 20)
     gd = np.geomspace(ds_[0], ds_[-1], 20)
     lr_lines = (
@@ -64,6 +80,8 @@ def ladder_laws(a: StudyAnalysis, ds: xr.Dataset) -> LadderFigure | None:
         b_opt=tuple(o.b_opt for o in rungs),
         lr_lines=lr_lines,
         b_lines=b_lines,
+        b_at_edge=tuple(o.b_at_edge for o in rungs),
+        undrawn=tuple(undrawn),
     )
 
 
@@ -83,20 +101,31 @@ def draw_ladder_laws(rec: LadderFigure) -> Any:
         )
     for i, (d, xs, ys) in enumerate(rec.lr_lines):
         left.plot(xs, ys, color=style.color(ds_.index(d) if d in ds_ else i))
+    edge = rec.b_at_edge or (False,) * len(rec.n)
     for i, n in enumerate(ns):
-        m = [k for k, v in enumerate(rec.n) if v == n]
-        right.scatter(
-            [rec.d[k] for k in m],
-            [rec.b_opt[k] for k in m],
-            color=style.color(i),
-            label=f"N = {n:.3g}",
-        )
+        label: str | None = f"N = {n:.3g}"
+        for at_edge in (False, True):
+            m = [k for k, v in enumerate(rec.n) if v == n and edge[k] == at_edge]
+            if not m:
+                continue
+            right.scatter(
+                [rec.d[k] for k in m],
+                [rec.b_opt[k] for k in m],
+                color=style.color(i),
+                facecolors="none" if at_edge else style.color(i),
+                label=label,
+            )
+            label = None  # one legend entry per N; open markers: bounds (the caption)
     for i, (n, xs, ys) in enumerate(rec.b_lines):
         right.plot(xs, ys, color=style.color(ns.index(n) if n in ns else i))
     left.set(
         xscale="log", yscale="log", xlabel="N (parameters outside the embeddings)", ylabel="η*"
     )
     right.set(xscale="log", yscale="log", xlabel="D (tokens)", ylabel=f"B_opt ({rec.batch_unit})")
+    why = dict(rec.undrawn)
+    for ax, name, law in ((left, "lr", "η*"), (right, "batch", "B_opt")):
+        if name in why:
+            ax.set_title(f"{law} law: {why[name]}: no line", fontsize="small")
     left.legend(fontsize="small")
     right.legend(fontsize="small")
     return fig

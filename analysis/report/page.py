@@ -120,6 +120,12 @@ def _basis(a: StudyAnalysis, ds: xr.Dataset) -> str:
     states = ds["state"].values
     uniq, counts = np.unique(states, return_counts=True)
     by_state = ", ".join(f"{k} {v}" for k, v in zip(uniq.tolist(), counts.tolist(), strict=True))
+    if a.ladder is not None:  # its B_crit targets are per D (the rungs line); no one target
+        rungs = len(a.ladder.rungs)
+        return (
+            f"Objective: {a.objective_kind or '—'}; {len(a.points)} points ({rungs} rungs × "
+            f"their batch sizes), {ds.sizes['trial']} trials ({by_state})."
+        )
     tgt = "none" if a.target is None else f"{a.target:g}"
     dropped = ""
     if a.dropped:
