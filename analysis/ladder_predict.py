@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from stepscale.analysis.fits.ladder import LAWS, LadderLaws
 from stepscale.analysis.fits.powerlaw import Prediction
@@ -47,6 +48,18 @@ class TargetPrediction(Record):
     warnings: tuple[str, ...]
     settings: Settings | None
     laws: LadderLaws
+
+    def _json(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Each prediction says whether its law is determined (`law_determination`)."""
+        preds = {}
+        for name, p in fields["predictions"].items():
+            det = law_determination(self.laws.laws[name])
+            preds[name] = {
+                **p.to_dict(),
+                "determined": det.determined,
+                "why_not": det.reason or None,
+            }
+        return fields | {"predictions": preds}
 
     def lines(self) -> list[str]:
         """The answer first, then the laws' values and the warnings."""

@@ -306,6 +306,9 @@ def test_a_law_with_no_interval_or_a_wide_one_is_labelled_not_determined(
         line.startswith("  η*") and "NOT DETERMINED (N exponent" in line for line in p.lines()
     )
     assert any("settings rest on a law that is not determined (the η* law" in w for w in p.warnings)
+    as_json = p.to_dict()["predictions"]["lr"]  # `sweep predict --json`
+    assert as_json["determined"] is False and as_json["why_not"] == det.reason
+    assert fine.to_dict()["predictions"]["lr"]["determined"] is True
     # an exponent known only to ±2 determines nothing either
     noisy = [replace(o, lr_opt=o.lr_opt * math.exp(3 * (-1) ** i)) for i, o in enumerate(optima)]
     wide = law_determination(fit_ladder_laws(noisy, n_boot=0).laws["lr"])
