@@ -189,7 +189,10 @@ def _answer(run_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
             f"no answer computed ({type(exc).__name__}: {exc}); "
             f"`sweep report {shlex.quote(str(run_dir))}` shows what the analysis finds"
         ]
-    return h.to_dict(), answer_lines(a)
+    answer = h.to_dict()
+    if a.ladder is not None:  # its rungs, laws, claim and held-out check, as in fits.json
+        answer["ladder"] = a.ladder.to_dict()
+    return answer, answer_lines(a)
 
 
 def _render_report(run_dir: Path) -> str | None:

@@ -537,6 +537,10 @@ def test_tiny_ladder_study_end_to_end(tmp_path: Path) -> None:
     assert "params=100000,horizon=2000000: B_crit" not in answer
     assert "batch sizes around B_crit" not in answer and "batch sizes around B_crit" in md
     assert "Rungs: N" in done.stdout  # `sweep run` ends with the same answer
+    again = run_sweep("run", *TINY, f"run_dir={run}", "--json", cwd=tmp_path)  # nothing to run
+    assert again.returncode == 0, again.stderr
+    held = json.loads(again.stdout)["headline"]["ladder"]["holdout"]
+    assert held["verdict"] == "predicted" and held["sentence"].startswith("Has it predicted? Yes")
     pred = run_sweep(
         "predict", str(run), "--n", "1e6", "--d", "1e8", "--devices", "2", cwd=tmp_path
     )
