@@ -38,6 +38,7 @@ from stepscale.analysis.study import GroupFits, StudyAnalysis
 from stepscale.analysis.verdict import Verdict
 
 __all__ = [
+    "LAW_SYMBOLS",
     "MAX_CI_FACTOR",
     "MAX_EXPONENT_WIDTH",
     "MIN_POINTS",
@@ -48,6 +49,7 @@ __all__ = [
     "answer_lines",
     "exponent_determination",
     "headline",
+    "interval_text",
     "ladder_laws_line",
     "ladder_rungs_line",
     "law_determination",
@@ -430,10 +432,11 @@ def headline(a: StudyAnalysis) -> Headline:
 
 # ---------------------------------------------------------------------------- a ladder
 
-_LAW_SYMBOL = {"lr": "η*", "batch": "B_opt", "loss": "L*", "bcrit": "B_crit"}
+LAW_SYMBOLS = {"lr": "η*", "batch": "B_opt", "loss": "L*", "bcrit": "B_crit"}
 
 
-def _ci(lo: float, hi: float) -> str:
+def interval_text(lo: float, hi: float) -> str:
+    """An interval as "[lo, hi]" (`sig`), "—" when it has no finite end."""
     return f"[{sig(lo)}, {sig(hi)}]" if math.isfinite(lo) and math.isfinite(hi) else "—"
 
 
@@ -461,11 +464,13 @@ def ladder_laws_line(lad: LadderAnalysis) -> str | None:
         return None
     parts = []
     for name, law in lad.laws.laws.items():
-        exps = " · ".join(f"{r}^{law.exponents[r]:.3g} {_ci(*law.ci[r])}" for r in law.regressors)
+        exps = " · ".join(
+            f"{r}^{law.exponents[r]:.3g} {interval_text(*law.ci[r])}" for r in law.regressors
+        )
         det = law_determination(law)
         label = "" if det.determined else f" ({NOT_DETERMINED}, {det.reason})"
-        parts.append(f"{_LAW_SYMBOL[name]} ∝ {exps}{label}")
-    skipped = "; ".join(f"{_LAW_SYMBOL[k]} not fitted" for k in lad.laws.skipped)
+        parts.append(f"{LAW_SYMBOLS[name]} ∝ {exps}{label}")
+    skipped = "; ".join(f"{LAW_SYMBOLS[k]} not fitted" for k in lad.laws.skipped)
     return (
         f"Laws across the ladder's {len(lad.rungs)} rungs (95% intervals): "
         + "; ".join(parts)

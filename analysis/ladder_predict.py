@@ -14,7 +14,7 @@ from typing import Any
 from stepscale.analysis.fits.ladder import LAWS, LadderLaws
 from stepscale.analysis.fits.powerlaw import Prediction
 from stepscale.analysis.fits.records import Record
-from stepscale.analysis.headline import NOT_DETERMINED, law_determination
+from stepscale.analysis.headline import LAW_SYMBOLS, NOT_DETERMINED, law_determination
 
 __all__ = ["FAR", "Settings", "TargetPrediction", "predict_target", "trainer_settings"]
 
@@ -171,12 +171,12 @@ def predict_target(
             )
         elif (n if axis == "N" else d) < lo:
             warnings.append(f"the target lies below the smallest rung in {axis} ({lo:.4g})")
-    for name, symbol in (("lr", "η*"), ("batch", "B_opt")):
+    for name in ("lr", "batch"):
         law = laws.laws.get(name)
         det = law_determination(law) if law is not None else None
         if det is not None and not det.determined and devices is not None:
             warnings.append(
-                f"the settings rest on a law that is not determined (the {symbol} law, "
+                f"the settings rest on a law that is not determined (the {LAW_SYMBOLS[name]} law, "
                 f"{det.reason}): add rungs, or trials per rung, before trusting them"
             )
     settings = None

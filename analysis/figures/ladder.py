@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from stepscale.analysis.figures import style
-from stepscale.analysis.headline import NOT_DETERMINED, law_determination
+from stepscale.analysis.headline import LAW_SYMBOLS, NOT_DETERMINED, law_determination
 from stepscale.analysis.study import StudyAnalysis
 
 __all__ = ["LadderFigure", "draw_ladder_laws", "ladder_laws"]
@@ -123,9 +123,9 @@ def draw_ladder_laws(rec: LadderFigure) -> Any:
     )
     right.set(xscale="log", yscale="log", xlabel="D (tokens)", ylabel=f"B_opt ({rec.batch_unit})")
     why = dict(rec.undrawn)
-    for ax, name, law in ((left, "lr", "η*"), (right, "batch", "B_opt")):
+    for ax, name in ((left, "lr"), (right, "batch")):
         if name in why:
-            ax.set_title(f"{law} law: {why[name]}: no line", fontsize="small")
+            ax.set_title(f"{LAW_SYMBOLS[name]} law: {why[name]}: no line", fontsize="small")
     left.legend(fontsize="small")
     right.legend(fontsize="small")
     return fig

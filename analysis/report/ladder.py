@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from stepscale.analysis.fits.ladder import LAWS
-from stepscale.analysis.headline import law_determination, sig
+from stepscale.analysis.headline import interval_text, law_determination, sig
 from stepscale.analysis.report.blocks import Block, heading, para, table
 from stepscale.analysis.study import StudyAnalysis
 
@@ -28,10 +28,6 @@ LAW_COLUMNS = [
     "residual std (log)",
     "determined",
 ]
-
-
-def _ci(lo: float, hi: float) -> str:
-    return f"[{sig(lo)}, {sig(hi)}]" if math.isfinite(lo) else "—"
 
 
 def ladder_section(a: StudyAnalysis) -> list[Block]:
@@ -76,7 +72,7 @@ def ladder_section(a: StudyAnalysis) -> list[Block]:
         law_rows = []
         for name, law in lad.laws.laws.items():
             exps = "; ".join(
-                f"{r}^{law.exponents[r]:.3f} {_ci(*law.ci[r])}" for r in law.regressors
+                f"{r}^{law.exponents[r]:.3f} {interval_text(*law.ci[r])}" for r in law.regressors
             )
             det = law_determination(law)
             law_rows.append([
