@@ -18,6 +18,8 @@ from helpers import job_events, output_of, shadowing_packages, xla_flags
 from servers.slurm import sacct_state, squeue_ids
 from test_study import assert_exact_budget, optuna_trials, sweep, trials_of
 
+from stepscale.cli.status import study_status
+from stepscale.errors import UsageError
 from stepscale.files import read_json
 
 pytestmark = pytest.mark.cluster
@@ -449,7 +451,9 @@ def test_a_detached_sweep_stops_resumes_survives_its_time_limit_and_reports(
     _runs_again_after_requeue(orch)
 
     def finished() -> bool:
-        return json.loads(sweep(["status", str(run_dir), "--json"]).stdout)["finished"]
+        # read in this process, as `sweep status --json` does (checked below): a poll every
+        # 2 s through the command cost a Python start and its imports each time
+        return study_status(run_dir)["finished"]
 
     try:
         _wait(finished, 600, "the study to finish", every=2)
@@ -539,8 +543,10 @@ def test_a_command_trainer_study_detached_on_slurm_in_job_arrays(
     assert out.returncode == 0, out.stderr
 
     def finished() -> bool:
-        status = sweep(["status", str(run_dir), "--json"])
-        return status.returncode == 0 and json.loads(status.stdout)["finished"]
+        try:
+            return study_status(run_dir)["finished"]  # `sweep status --json`'s, in process
+        except UsageError:  # no study.json yet: the detached orchestrator has not written it
+            return False
 
     _wait(finished, 300, "the detached command-trainer study to finish", every=2)
     assert_exact_budget(run_dir, "numpy_batchsize", per_point=4, points=4)
