@@ -451,8 +451,8 @@ def test_a_detached_sweep_stops_resumes_survives_its_time_limit_and_reports(
     _runs_again_after_requeue(orch)
 
     def finished() -> bool:
-        # read in this process, as `sweep status --json` does (checked below): a poll every
-        # 2 s through the command cost a Python start and its imports each time
+        # read in this process, what `sweep status --json` prints (the command is run above
+        # and below): a poll every 2 s through it cost a Python start and its imports each
         return study_status(run_dir)["finished"]
 
     try:
