@@ -1,10 +1,11 @@
 """The held-out rung's regret measured by training again, not read off the trials.
 
 The held-out check (`stepscale.analysis.fits.ladder.holdout_check`) compares the loss at the
-predicted settings, interpolated from the rung's trials, with the rung's best trial. One
-trial's final loss is one draw: on the text ladder the held-out rung's best settings trained
-again at other seeds land 0.6% (one standard deviation) apart, and the best of 25 trials is
-a lucky draw, so "within 1% of the best trial" mixes the prediction's error with that luck.
+predicted settings, interpolated from the rung's trials, with the rung's best estimated by the
+same smoother (`smoothed_best`). One trial's final loss is one draw: on the text ladder the
+held-out rung's best settings trained again at other seeds land 0.6% (one standard deviation)
+apart, and the best of 25 trials is a lucky draw; the smoother halves that luck, it does not
+remove it, so "within 1% of the best" still mixes the prediction's error with noise.
 Here each of three settings of the held-out rung is trained ``--seeds`` times (training
 seeds S + 1 … S + k, S the study's seed) with `sweep train`, from the config of a trial of
 that rung:

@@ -98,10 +98,11 @@ def ladder_section(a: StudyAnalysis) -> list[Block]:
             "The largest rung is held out: the laws fitted on the smaller rungs predict its "
             "η*, B_opt and loss; the loss at the predicted settings is estimated from the "
             "rung's own trials (a local parabola in log η at the nearest batch sizes), and "
-            "compared with its best and with reusing the smallest rung's settings. A trial's "
-            "final loss is one draw (on the text ladder, one run's loss at fixed settings "
-            "scatters by about 1%) and the best of many trials a lucky one: a regret near 1% "
-            "is within that noise; training the settings again at several seeds "
+            "compared with its best estimated the same way (the parabolas' minimum over its "
+            "batch sizes, not its best single trial, the lowest of many noisy draws) and with "
+            "reusing the smallest rung's settings. A trial's final loss is one draw (on the "
+            "text ladder, one run's loss at fixed settings scatters by about 1%): a regret "
+            "near 1% is within that noise; training the settings again at several seeds "
             "(benchmarks/ladder_reruns.py) measures it without the luck."
         )
     )
