@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from stepscale.analysis.fits.ladder import (
     LOSS_TOLERANCE,
@@ -92,6 +93,11 @@ def read_ladder(run: Path) -> tuple[LadderTrials, np.ndarray]:
     numbers = np.asarray(ds["number"].values, dtype=float)[done]
     numbers = numbers[np.isfinite(np.asarray(ds["final_eval_loss"].values, dtype=float)[done])]
     return trials, numbers
+
+
+def study_seed(run: Path) -> int:
+    """The seed a finished ladder ran with (its run dir's config.yaml)."""
+    return int(yaml.safe_load((run / "config.yaml").read_text()).get("seed") or 0)
 
 
 def synthetic_ladder(seed: int, trials_per_point: int = 6) -> tuple[LadderTrials, np.ndarray]:
@@ -216,7 +222,11 @@ def main() -> None:
     walls = []
     load_before = _load()
     runs = args.run_dirs or []
-    seeds = range(len(runs)) if runs else range(args.first_seed, args.first_seed + args.seeds)
+    seeds = (
+        [study_seed(r) for r in runs]
+        if runs
+        else list(range(args.first_seed, args.first_seed + args.seeds))
+    )
     for i, seed in enumerate(seeds):
         if runs:
             t, numbers = read_ladder(runs[i])

@@ -6,11 +6,13 @@ same smoother (`smoothed_best`). One trial's final loss is one draw: on the text
 held-out rung's best settings trained again at other seeds land 0.6% (one standard deviation)
 apart, and the best of 25 trials is a lucky draw; the smoother halves that luck, it does not
 remove it, so "within 1% of the best" still mixes the prediction's error with noise.
-Here each of three settings of the held-out rung is trained ``--seeds`` times (training
+Here each of four settings of the held-out rung is trained ``--seeds`` times (training
 seeds S + 1 … S + k, S the study's seed) with `sweep train`, from the config of a trial of
 that rung:
 
 - ``best``: the best trial's settings (its batch size and LR);
+- ``smoothed``: the settings of the rung's best as the check estimates it (`smoothed_best`:
+  a grid batch size and an LR between those tried there);
 - ``predicted``: the settings the laws of the smaller rungs predict (B, η), at the rung's
   grid batch size nearest B in log (its trials' derived warmup and evaluation interval),
   η moved there along the ladder's η* ∝ B^γ;
@@ -67,7 +69,7 @@ def _trials(run: Path) -> list[dict[str, Any]]:
 def settings_configs(
     run: Path, check: HoldoutCheck, lr_slope: float
 ) -> dict[str, tuple[dict[str, Any], float, float]]:
-    """The held-out rung's three settings (name → (trial config, B, η)), each on the rung's
+    """The held-out rung's four settings (name → (trial config, B, η)), each on the rung's
     grid batch size nearest its B."""
     rung = [t for t in _trials(run) if t["n"] == check.held_n and t["d"] == check.held_d]
     if not rung:
@@ -76,6 +78,7 @@ def settings_configs(
     best = min(rung, key=lambda t: t["loss"])
     out = {"best": (best["config"], best["b"], best["lr"])}
     for name, (b, lr) in (
+        ("smoothed", check.settings_best),
         ("predicted", check.settings_predicted),
         ("smallest", check.settings_smallest),
     ):
@@ -107,8 +110,8 @@ def rerun_check(
     run: Path, check: HoldoutCheck, lr_slope: float, seeds: int, study_seed: int,
     parallel: int = 2, work: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Train the held-out rung's best, predicted and smallest-rung settings ``seeds`` times
-    each; the mean losses and the regrets against ``best``."""
+    """Train the held-out rung's best, smoothed-best, predicted and smallest-rung settings
+    ``seeds`` times each; the mean losses and the regrets against ``best``."""
     work = work or Path(tempfile.mkdtemp(prefix="ladder_reruns_"))
     plan = settings_configs(run, check, lr_slope)
     jobs = [
@@ -155,7 +158,7 @@ def main() -> None:
     ap.add_argument("--n-boot", type=int, default=300)
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
-    from ladder import read_ladder
+    from ladder import read_ladder, study_seed
 
     from stepscale.analysis.fits.ladder import holdout_check, rung_optima
 
@@ -164,7 +167,7 @@ def main() -> None:
         t, _ = read_ladder(run)
         check = holdout_check(t, n_boot=args.n_boot)
         slope = rung_optima(t)[0].lr_slope
-        seed = int(yaml.safe_load((run / "config.yaml").read_text()).get("seed") or 0)
+        seed = study_seed(run)
         rows.append(
             {
                 "run": str(run),
