@@ -165,9 +165,10 @@ def main() -> None:
     rows = []
     for run in args.runs:
         t, _ = read_ladder(run)
-        check = holdout_check(t, n_boot=args.n_boot)
-        slope = rung_optima(t)[0].lr_slope
         seed = study_seed(run)
+        # bootstrapped with the study's seed, as benchmarks/ladder.py and the report do
+        check = holdout_check(t, n_boot=args.n_boot, seed=seed)
+        slope = rung_optima(t)[0].lr_slope
         rows.append(
             {
                 "run": str(run),
